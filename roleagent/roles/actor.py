@@ -1,0 +1,100 @@
+"""The actor role: per-step prompts and action parsing.
+
+Each step's prompt is built from scratch: the task instruction, a bounded history of the
+last ``history`` (action, observation) pairs, the current observation, the admissible
+actions where the environment has them, and the answer format. Bounded prompts keep the
+token budget per step flat, which is what a CPU run can afford (DESIGN §6).
+
+Action formats (``ActionFormat``):
+
+- ``think_action`` (default, verl-agent style): ``<think>…</think><action>…</action>``.
+- ``action``: the assistant turn is pre-filled with ``<action>``; the action is the first
+  line, ended by ``</action>`` or a newline — no reasoning tokens; the format small CPU
+  models can follow (SmolLM2-135M rarely closes the tag but writes one command per line).
+- ``raw``: the whole generation is the action (tool-call environments parse it).
+
+Unparsable output is an invalid action (``valid=False``), never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+
+SYSTEM_PROMPT = "You are an agent acting in a text environment. Reach the goal in as few steps as possible."
+
+FORMAT_HINTS = {
+    "think_action": "Think briefly inside <think></think>, then give exactly one action inside <action></action>.",
+    "action": "Reply with exactly one action inside <action></action>.",
+    "raw": "",
+}
+RESPONSE_PREFIX = {"think_action": "", "action": "<action>", "raw": ""}
+STOP = {"think_action": ("</action>",), "action": ("</action>", "\n"), "raw": ()}
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    action: str | None
+    valid: bool
+
+
+def parse_action(text: str, action_format: str) -> ParsedAction:
+    """Extract the environment action from a generation.
+
+    >>> parse_action("<think>go</think><action>go to desk 1</action>", "think_action")
+    ParsedAction(action='go to desk 1', valid=True)
+    >>> parse_action("take key</action>", "action")  # "<action>" was pre-filled
+    ParsedAction(action='take key', valid=True)
+    >>> parse_action("\\nget 2 oak logs.\\nmore text", "action")
+    ParsedAction(action='get 2 oak logs', valid=True)
+    >>> parse_action("I would open the door", "think_action")
+    ParsedAction(action=None, valid=False)
+    """
+    if action_format == "raw":
+        action = text.strip()
+        return ParsedAction(action or None, bool(action))
+    if action_format == "action":
+        lines = text.split("</action>")[0].strip().splitlines()
+        candidate = lines[0] if lines else ""
+    elif action_format == "think_action":
+        matches = ACTION_RE.findall(text)
+        if len(matches) != 1:
+            return ParsedAction(None, False)
+        candidate = matches[0]
+    else:
+        raise ValueError(f"unknown action format {action_format!r}")
+    action = " ".join(candidate.split()).rstrip(".")  # a sentence-final period is not part of a command
+    return ParsedAction(action or None, bool(action))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def actor_messages(
+    *,
+    instruction: str,
+    observation: str,
+    history: list[tuple[str, str]],
+    admissible: list[str] | None,
+    action_format: str,
+    max_history: int = 3,
+    max_observation_chars: int = 600,
+    max_admissible: int = 40,
+) -> list[dict[str, str]]:
+    """Chat messages for one actor step. ``history`` holds (action, observation) pairs."""
+    parts = [instruction.strip()]
+    recent = history[-max_history:] if max_history > 0 else []
+    if recent:
+        first = len(history) - len(recent) + 1
+        lines = [f"{first + i}. {action} -> {_clip(obs, 200)}" for i, (action, obs) in enumerate(recent)]
+        parts.append("Previous actions:\n" + "\n".join(lines))
+    parts.append("Current observation: " + _clip(observation, max_observation_chars))
+    if admissible:
+        shown = admissible[:max_admissible]
+        parts.append("Admissible actions: " + ", ".join(shown) + (" ..." if len(admissible) > len(shown) else ""))
+    if FORMAT_HINTS[action_format]:
+        parts.append(FORMAT_HINTS[action_format])
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]

@@ -1,0 +1,281 @@
+"""The training loop: sample tasks → rollouts → advantages → update → evaluate → checkpoint.
+
+One iteration (Role-Agent Algorithm 1; GRPO / RLOO / GiGPO are the same loop with another
+advantage function)::
+
+    tasks   = sampler.sample(N)                       # uniform, or Agent-In-World weights
+    groups  = rollout(tasks × G, same env seed per task)   # + WIA predictions
+    A       = advantages(groups)                      # roleagent.algos, pure numpy
+    update(policy, samples(groups, A))                # PPO-clip, token-mean, grad accumulation
+    AIW: analyse failures → memory → retrieve → reweight tasks
+
+Everything random draws from generators stored in the checkpoint, so a resumed run
+continues exactly where an uninterrupted one would be.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from roleagent.algos import prediction_horizon
+from roleagent.config import TrainConfig, aiw_config, to_dict
+from roleagent.engine.hf import HFEngine, SamplingParams
+from roleagent.envs.workers import EnvPool
+from roleagent.evaluation import format_table, panel, success_by_type
+from roleagent.models.loading import load_policy
+from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.trainer.advantages import StepBatch, compute_advantages, zero_variance_fraction
+from roleagent.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
+from roleagent.trainer.update import TrainSample, Updater
+from roleagent.types import Task, Trajectory
+
+
+@dataclass
+class EvalResult:
+    label: str
+    trajectories: list[Trajectory]
+    table: dict[str, float] = field(default_factory=dict)
+
+
+def training_samples(batch: StepBatch, advantages: np.ndarray, *, train_predictions: bool,
+                     skip_zero: bool) -> list[TrainSample]:
+    """One sample per generated turn (and per prediction when those are trained)."""
+    samples = []
+    steps = [s for t in batch.trajectories for s in t.steps]
+    for step, advantage in zip(steps, advantages):
+        if skip_zero and advantage == 0.0:
+            continue
+        if step.action_ids:
+            samples.append(TrainSample(step.prompt_ids, step.action_ids, step.action_logprobs, float(advantage)))
+        if train_predictions and step.prediction_ids:
+            samples.append(TrainSample(step.prediction_prompt_ids, step.prediction_ids,
+                                       step.prediction_logprobs, float(advantage)))
+    return samples
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, *, resume: bool = True, quiet: bool = False):
+        self.cfg = cfg
+        self.quiet = quiet
+        self.run_dir = Path(cfg.run_dir)
+        (self.run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+
+        m = cfg.model
+        self.policy = load_policy(m.name, device=m.device, dtype=m.dtype, lora_rank=m.lora_rank,
+                                  lora_alpha=m.lora_alpha, seed=cfg.seed)
+        if m.gradient_checkpointing:
+            self.policy.model.gradient_checkpointing_enable()
+        r = cfg.rollout
+        self.engine = HFEngine(self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens)
+        self.engine.seed(cfg.seed)
+        self.pool = EnvPool(cfg.env.name, cfg.env.kwargs, slots=r.tasks_per_iter * r.group_size,
+                            processes=cfg.env.processes, timeout=cfg.env.timeout)
+        env = self.pool.meta
+        self.train_tasks = env.tasks(cfg.env.train_split)
+        self.eval_tasks = panel(env.tasks(cfg.env.eval_split), cfg.eval.max_tasks)
+        self.tasks_by_id = {t.id: t for t in self.train_tasks}
+        if len(self.train_tasks) < r.tasks_per_iter:
+            raise ValueError(f"{len(self.train_tasks)} training tasks < rollout.tasks_per_iter={r.tasks_per_iter}")
+        self.max_steps = r.max_steps or env.max_steps
+        wia_on = cfg.algo.name == "role_agent" and cfg.wia.enabled
+        self.horizon = (cfg.wia.horizon or prediction_horizon(self.max_steps, cfg.wia.horizon_fraction)) if wia_on else 0
+        self.settings = RolloutSettings(
+            max_steps=self.max_steps, action_format=r.action_format, history=r.history,
+            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+            invalid_penalty=r.invalid_penalty, wia_horizon=self.horizon,
+            wia_max_new_tokens=cfg.wia.max_new_tokens,
+        )
+        self.updater = Updater(self.policy, cfg.optim, temperature=r.temperature)
+        self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
+        self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
+        self.aiw = self._make_aiw() if cfg.aiw.enabled else None
+        self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
+        self.start_iteration = 0
+        self.evals: list[EvalResult] = []
+        if resume and (checkpoint := latest_checkpoint(self.run_dir)) is not None:
+            self._restore(checkpoint)
+
+    # ------------------------------------------------------------ components ---------
+
+    def _make_aiw(self):
+        from roleagent.aiw import AgentInWorld
+
+        return AgentInWorld(aiw_config(self.cfg), [t.id for t in self.train_tasks],
+                            self.run_dir, self.pool.meta.failure_taxonomy)
+
+    def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int = 256) -> list[str]:
+        """Greedy batched chat completion with the policy (the analyst and retriever roles)."""
+        prompts = [self.engine.encode_chat(c) for c in conversations]
+        return [g.text for g in self.engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))]
+
+    def sample_tasks(self) -> list[Task]:
+        n = self.cfg.rollout.tasks_per_iter
+        if self.aiw is not None:
+            return [self.tasks_by_id[i] for i in self.aiw.sample_tasks(n, self.rng)]
+        picks = self.rng.choice(len(self.train_tasks), size=n, replace=False)
+        return [self.train_tasks[i] for i in picks]
+
+    # ------------------------------------------------------------------ loop ---------
+
+    def run(self) -> list[EvalResult]:
+        cfg = self.cfg
+        if self.start_iteration == 0 and cfg.eval.at_start:
+            self.evaluate("before")
+        for iteration in range(self.start_iteration, cfg.iterations):
+            record = self.train_iteration(iteration)
+            self.metrics.write(record)
+            self._log(record)
+            if cfg.eval.every and (iteration + 1) % cfg.eval.every == 0 and iteration + 1 < cfg.iterations:
+                self.evaluate(f"iter{iteration + 1}")
+            if (iteration + 1) % cfg.checkpoint_every == 0 or iteration + 1 == cfg.iterations:
+                self.save(iteration)
+        self.evaluate("after")
+        self.write_summary()
+        return self.evals
+
+    def train_iteration(self, iteration: int) -> dict:
+        cfg, started = self.cfg, time.perf_counter()
+
+        # Sample tasks; the G rollouts of a task share one environment seed.
+        tasks = self.sample_tasks()
+        seeds = self.rng.integers(0, 2**31 - 1, size=len(tasks))
+        jobs = [(task, int(seed)) for task, seed in zip(tasks, seeds) for _ in range(cfg.rollout.group_size)]
+
+        # Rollouts --------------------------------------------------------------------
+        t0 = time.perf_counter()
+        with self._progress(f"iter {iteration} rollout", self.max_steps) as bar:
+            trajectories, stats = run_episodes(engine=self.engine, pool=self.pool, jobs=jobs,
+                                               settings=self.settings, progress=bar)
+        rollout_s = time.perf_counter() - t0
+        self._dump(f"iter_{iteration:06d}", trajectories)
+
+        # Advantages (pure functions over flattened steps) ----------------------------
+        t0 = time.perf_counter()
+        batch = StepBatch.from_trajectories(trajectories, horizon=self.horizon)
+        advantages = compute_advantages(batch, cfg.algo, wia=self.horizon > 0)
+        samples = training_samples(batch, advantages, train_predictions=cfg.wia.train_predictions,
+                                   skip_zero=cfg.optim.skip_zero_advantage)
+        advantage_s = time.perf_counter() - t0
+
+        # Policy update ---------------------------------------------------------------
+        t0 = time.perf_counter()
+        update = self.updater.update(samples, self.shuffle_rng)
+        update_s = time.perf_counter() - t0
+
+        # Agent-In-World: failures → memory → retrieval → task weights ------------------
+        aiw_metrics, aiw_s = {}, 0.0
+        if self.aiw is not None:
+            t0 = time.perf_counter()
+            aiw_metrics = self.aiw.process_failures(
+                trajectories, iteration=iteration, generate=self.chat, diagnose=self.pool.diagnose)
+            aiw_metrics = {f"aiw/{k}": v for k, v in aiw_metrics.items()}
+            aiw_s = time.perf_counter() - t0
+
+        return {
+            "iteration": iteration,
+            **rollout_metrics(trajectories, prefix="train/"),
+            "train/zero_variance_groups": zero_variance_fraction(batch),
+            "train/advantage_abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
+            **{f"update/{k}": v for k, v in update.items()},
+            **aiw_metrics,
+            "env_restarts": self.pool.restarts,
+            "time/rollout_s": rollout_s, "time/generate_s": stats.generate_s,
+            "time/predict_s": stats.predict_s, "time/env_s": stats.env_s,
+            "time/advantage_s": advantage_s, "time/update_s": update_s, "time/aiw_s": aiw_s,
+            "time/iteration_s": time.perf_counter() - started,
+            "speed/rollout_tokens_per_s": (stats.generated_tokens + stats.prompt_tokens) / max(rollout_s, 1e-9),
+            "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.predict_s, 1e-9),
+            "speed/train_tokens_per_s": update.get("trained_tokens", 0) / max(update_s, 1e-9),
+        }
+
+    def evaluate(self, label: str) -> EvalResult:
+        cfg = self.cfg
+        settings = RolloutSettings(**{**self.settings.__dict__, "temperature": cfg.eval.temperature, "wia_horizon": 0})
+        jobs = [(task, cfg.eval.seed) for task in self.eval_tasks]
+        generator_state = self.engine.generator.get_state()  # evaluation must not shift training randomness
+        with self._progress(f"eval {label}", self.max_steps * -(-len(jobs) // self.pool.size)) as bar:
+            trajectories, _ = run_episodes(engine=self.engine, pool=self.pool, jobs=jobs,
+                                           settings=settings, progress=bar)
+        self.engine.generator.set_state(generator_state)
+        result = EvalResult(label, trajectories, success_by_type(trajectories))
+        self.evals.append(result)
+        self._dump(f"eval_{label}", trajectories)
+        self.metrics.write({"eval": label, **rollout_metrics(trajectories, prefix="eval/"),
+                            **{f"eval/success_{k}": v for k, v in result.table.items()}})
+        return result
+
+    # ------------------------------------------------------- persistence -------------
+
+    def save(self, iteration: int) -> None:
+        state = {
+            "rng_np": self.rng.bit_generator.state,
+            "rng_shuffle": self.shuffle_rng.getstate(),
+            "engine_generator": self.engine.generator.get_state(),
+            "aiw": self.aiw.state_dict() if self.aiw is not None else None,
+            "evals": [(e.label, e.table) for e in self.evals],
+        }
+        save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.updater.optimizer, state=state)
+
+    def _restore(self, checkpoint: Path) -> None:
+        state = load_checkpoint(checkpoint, policy=self.policy, optimizer=self.updater.optimizer)
+        self.rng.bit_generator.state = state["rng_np"]
+        self.shuffle_rng.setstate(state["rng_shuffle"])
+        self.engine.generator.set_state(state["engine_generator"])
+        if self.aiw is not None and state.get("aiw") is not None:
+            self.aiw.load_state_dict(state["aiw"])
+        self.evals = [EvalResult(label, [], table) for label, table in state.get("evals", [])]
+        self.start_iteration = state["iteration"] + 1
+        if not self.quiet:
+            print(f"resuming from {checkpoint} (next iteration {self.start_iteration})")
+
+    def write_summary(self) -> None:
+        rows = {e.label: e.table for e in self.evals}
+        table = format_table(rows, title=f"{self.cfg.env.name} {self.cfg.env.eval_split} success (%)")
+        (self.run_dir / "eval_table.txt").write_text(table + "\n")
+        summary = {"run_dir": str(self.run_dir), "algo": self.cfg.algo.name, "evals": rows,
+                   "eval_tasks": [t.id for t in self.eval_tasks]}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if not self.quiet:
+            print("\n" + table)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.metrics.close()
+        if self.aiw is not None:
+            self.aiw.close()
+
+    # -------------------------------------------------------------- plumbing ---------
+
+    def _dump(self, name: str, trajectories: list[Trajectory]) -> None:
+        with (self.run_dir / "rollouts" / f"{name}.jsonl").open("w") as f:
+            for t in trajectories:
+                f.write(json.dumps(t.to_json(), default=str) + "\n")
+
+    def _progress(self, desc: str, total: int):
+        return tqdm(total=total, desc=desc, leave=False, disable=self.quiet, unit="turn")
+
+    def _log(self, record: dict) -> None:
+        if self.quiet:
+            return
+        keys = ["train/success", "train/return", "train/valid_action_ratio", "train/wia_score",
+                "train/zero_variance_groups", "update/samples", "update/kl", "update/clip_frac",
+                "update/grad_norm", "time/iteration_s"]
+        shown = " ".join(f"{k.split('/')[-1]}={record[k]:.3g}" for k in keys
+                         if isinstance(record.get(k), (int, float)))
+        print(f"iter {record['iteration']}: {shown}", flush=True)

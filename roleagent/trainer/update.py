@@ -1,0 +1,165 @@
+"""The policy update: training samples → mini-batches → micro-batches → AdamW steps.
+
+A training sample is one generated turn: the exact prompt ids and generated ids from the
+rollout (no re-tokenisation), the rollout log-probs as π_old, and one advantage that every
+generated token shares. The loss is ``roleagent.algos.policy_loss`` (PPO-clip, asymmetric
+clip, optional dual clip, k3 KL, entropy), aggregated as a token mean over the whole
+mini-batch: each micro-batch's token-mean loss is weighted by its share of the
+mini-batch's tokens before ``backward``, so gradient accumulation changes nothing.
+
+Rows are left-padded, so every generated segment ends at the last position and the LM head
+runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
+(B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from roleagent.algos import policy_loss, token_entropy_from_logits
+from roleagent.config import OptimConfig
+from roleagent.models.loading import Policy
+
+
+@dataclass
+class TrainSample:
+    prompt_ids: list[int]
+    output_ids: list[int]
+    old_logprobs: list[float]
+    advantage: float
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+
+def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[TrainSample]]:
+    """Pack samples (sorted by length) so that rows × longest row ≤ ``token_budget``."""
+    ordered = sorted(samples, key=lambda s: s.length)
+    batches: list[list[TrainSample]] = []
+    current: list[TrainSample] = []
+    for sample in ordered:
+        if current and (len(current) + 1) * sample.length > token_budget:
+            batches.append(current)
+            current = []
+        current.append(sample)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _collate(samples: list[TrainSample], pad_id: int, device: torch.device):
+    width = max(s.length for s in samples)
+    keep = max(len(s.output_ids) for s in samples)
+    n = len(samples)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)  # (B, L)
+    attention = torch.zeros((n, width), dtype=torch.long)  # (B, L)
+    old = torch.zeros((n, keep))  # (B, K) aligned to the last K positions
+    mask = torch.zeros((n, keep))  # (B, K)
+    targets = torch.full((n, keep), pad_id, dtype=torch.long)  # (B, K)
+    for row, s in enumerate(samples):
+        ids = s.prompt_ids + s.output_ids
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention[row, width - len(ids):] = 1
+        k = len(s.output_ids)
+        targets[row, keep - k:] = torch.tensor(s.output_ids)
+        old[row, keep - k:] = torch.tensor(s.old_logprobs)
+        mask[row, keep - k:] = 1.0
+    advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)  # (B,)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    return [t.to(device) for t in (input_ids, attention, positions, targets, old, mask, advantages)] + [keep]
+
+
+def token_logprobs(model, input_ids, attention, positions, targets, keep: int, *, temperature: float = 1.0,
+                   with_entropy: bool = False):
+    """Log-probs of ``targets`` (the last ``keep`` tokens of each row); (B, K) each."""
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
+    logits = out.logits[:, -keep - 1:-1, :].float()  # (B, K, V): position i predicts token i+1
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # (B, K)
+    entropy = token_entropy_from_logits(logits) if with_entropy else None  # (B, K)
+    return logprobs, entropy
+
+
+class Updater:
+    """Holds the optimizer and the reference policy; runs one iteration's update."""
+
+    def __init__(self, policy: Policy, cfg: OptimConfig, *, temperature: float = 1.0):
+        self.policy = policy
+        self.cfg = cfg
+        self.temperature = temperature
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.reference = None
+        if cfg.kl_coef > 0 and not policy.lora:  # LoRA: the base with adapters off is the reference
+            self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+
+    def _reference_model(self):
+        if self.policy.lora:
+            return self.policy.model, self.policy.model.disable_adapter()
+        return self.reference, contextlib.nullcontext()
+
+    def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]:
+        cfg, model = self.cfg, self.policy.model
+        if not samples:  # every advantage was zero: nothing to learn this iteration
+            return {"samples": 0, "trained_tokens": 0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0,
+                    "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0, "grad_norm": 0.0}
+        model.train()
+        pad_id = self.policy.tokenizer.pad_token_id
+        device = self.policy.device
+        totals: dict[str, list[float]] = {}
+        grad_norms: list[float] = []
+        trained_tokens = 0
+        for _ in range(cfg.epochs):
+            order = samples[:]
+            rng.shuffle(order)
+            for mini in np.array_split(np.arange(len(order)), cfg.mini_batches):
+                mini_samples = [order[i] for i in mini]
+                if not mini_samples:
+                    continue
+                n_tokens = sum(len(s.output_ids) for s in mini_samples)
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro in micro_batches(mini_samples, cfg.micro_batch_tokens):
+                    *tensors, keep = _collate(micro, pad_id, device)
+                    input_ids, attention, positions, targets, old, mask, advantages = tensors
+                    ref = None
+                    if cfg.kl_coef > 0:
+                        ref_model, context = self._reference_model()
+                        with torch.no_grad(), context:
+                            ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep,
+                                                    temperature=self.temperature)
+                    logprobs, entropy = token_logprobs(
+                        model, input_ids, attention, positions, targets, keep,
+                        temperature=self.temperature, with_entropy=cfg.entropy_coef > 0,
+                    )
+                    loss, metrics = policy_loss(
+                        logprobs, old, advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                        dual_clip=cfg.dual_clip, ref_logprobs=ref, kl_coef=cfg.kl_coef,
+                        entropy=entropy, entropy_coef=cfg.entropy_coef,
+                    )
+                    share = float(mask.sum()) / n_tokens
+                    (loss * share).backward()
+                    trained_tokens += int(attention.sum())
+                    for key, value in metrics.items():
+                        totals.setdefault(key, []).append(value * share)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    [p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
+                if not math.isfinite(float(grad_norm)):  # never apply a NaN step
+                    self.optimizer.zero_grad(set_to_none=True)
+                    raise FloatingPointError("non-finite gradient norm: lower optim.lr or check the advantages")
+                self.optimizer.step()
+                grad_norms.append(float(grad_norm))
+        # Metrics: token-weighted within a mini-batch, then averaged over optimizer steps.
+        out = {key: float(np.sum(values)) / len(grad_norms) for key, values in totals.items()}
+        out["grad_norm"] = float(np.mean(grad_norms))
+        out["samples"] = len(samples)
+        out["trained_tokens"] = trained_tokens
+        return out

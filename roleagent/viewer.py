@@ -1,0 +1,82 @@
+"""``roleagent view``: browse a run's rollout dumps (and failure memory) in the terminal."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+
+def _load(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def view_run(run: Path, *, file: str | None = None, task: str | None = None, index: int | None = None,
+             failed: bool = False, memory: bool = False) -> int:
+    rollouts = run / "rollouts"
+    if not rollouts.exists():
+        print(f"{run} has no rollouts/ folder: is it a run directory?")
+        return 2
+    if memory:
+        return _view_memory(run)
+    if file is None:
+        print(f"run {run}")
+        if (run / "eval_table.txt").exists():
+            print((run / "eval_table.txt").read_text())
+        for path in sorted(rollouts.glob("*.jsonl")):
+            records = _load(path)
+            success = sum(r["success"] for r in records)
+            print(f"  {path.stem:20s} {len(records):4d} trajectories, {success} successful")
+        print("show one file with --file NAME, one trajectory with --index K")
+        return 0
+    path = rollouts / f"{Path(file).stem}.jsonl"
+    if not path.exists():
+        print(f"no rollout file {path}")
+        return 2
+    records = list(enumerate(_load(path)))
+    if task:
+        records = [(i, r) for i, r in records if r["task_id"] == task]
+    if failed:
+        records = [(i, r) for i, r in records if not r["success"]]
+    if index is not None:
+        matches = [r for i, r in records if i == index]
+        if not matches:
+            print(f"no trajectory {index} in {path.name} (after filters)")
+            return 2
+        _print_trajectory(index, matches[0])
+        return 0
+    for i, r in records:
+        status = "OK  " if r["success"] else ("CRASH" if r.get("crashed") else "fail")
+        print(f"{i:4d} {status} {r['task_id']:45s} steps={len(r['steps']):3d} return={r['return']:.2f}")
+    return 0
+
+
+def _print_trajectory(index: int, r: dict) -> None:
+    print(f"#{index} {r['task_id']} seed={r['seed']} success={r['success']} return={r['return']:.2f}")
+    for t, step in enumerate(r["steps"]):
+        print(f"\n--- step {t} (reward {step['reward']:+.2f}{'' if step['valid'] else ', INVALID'})")
+        print(f"observation: {step['observation']}")
+        print(f"generated:   {step['action_text']!r}")
+        print(f"action:      {step['action']}")
+        for h, (pred, score) in enumerate(zip(step.get("predictions", []), step.get("prediction_scores", []))):
+            print(f"predicted s+{h + 1}: {pred!r} (LMS {score})")
+    print(f"\nfinal observation: {r.get('final_observation', '')}")
+    if r.get("diagnosis"):
+        print(f"diagnosis: {r['diagnosis']}")
+
+
+def _view_memory(run: Path) -> int:
+    db = run / "failure_memory.sqlite"
+    if not db.exists():
+        print(f"{run} has no failure memory (Agent-In-World was off)")
+        return 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            rows = conn.execute(f"SELECT * FROM {table} LIMIT 50").fetchall()  # names come from sqlite_master
+            columns = [d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description]
+            print(f"== {table} ({len(rows)} shown)")
+            for row in rows:
+                print("  " + " | ".join(f"{c}={str(v)[:60]}" for c, v in zip(columns, row)))
+    return 0

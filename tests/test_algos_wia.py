@@ -1,0 +1,159 @@
+"""Role-Agent World-In-Agent: LMS, horizon, score matrix, modulated returns, advantages."""
+
+import math
+
+import numpy as np
+import pytest
+
+from roleagent.algos import (
+    MAX_LMS_TOKENS,
+    build_state_groups,
+    lms_score,
+    lms_tokens,
+    prediction_horizon,
+    prediction_score_matrix,
+    role_agent_advantages,
+    wia_returns,
+)
+
+EPS = 1e-6
+
+
+def _lcs_dp(a, b):
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def test_lms_identity_bounds_and_empties():
+    assert lms_score("You see a Fridge 1.", "you  see a fridge 1 .") == 1.0  # case / whitespace
+    assert lms_score("", "") == 1.0
+    assert lms_score("", "abc") == 0.0 and lms_score("abc", "") == 0.0
+    assert lms_score("alpha beta", "gamma delta") == 0.0
+    # [you, see, a, apple, 1, .] vs [you, see, a, bread, 1, .]: LCS 5 → 10/12
+    assert lms_score("You see a apple 1.", "you see a bread 1.") == pytest.approx(10 / 12)
+
+
+def test_lms_is_symmetric_where_difflib_is_not():
+    from difflib import SequenceMatcher
+
+    a, b = "a b c a b", "b a c b a c"
+    assert SequenceMatcher(None, a, b).ratio() != SequenceMatcher(None, b, a).ratio()
+    assert lms_score(a, b) == lms_score(b, a)
+    # LCS of [a b c a b] and [b a c b a c] is 3 (e.g. "a c b") → 2·3/11
+    assert lms_score(a, b) == pytest.approx(6 / 11)
+
+
+def test_lms_bit_parallel_equals_dp_lcs():
+    rng = np.random.default_rng(0)
+    words = ["a", "b", "c", "d", "e"]
+    for _ in range(300):
+        a = list(rng.choice(words, size=int(rng.integers(0, 80))))
+        b = list(rng.choice(words, size=int(rng.integers(0, 80))))
+        sa, sb = " ".join(a), " ".join(b)
+        expected = 1.0 if not a and not b else 2 * _lcs_dp(a, b) / (len(a) + len(b))
+        got = lms_score(sa, sb)
+        assert got == pytest.approx(expected, abs=1e-12)
+        assert got == lms_score(sb, sa)
+        assert 0.0 <= got <= 1.0
+
+
+def test_lms_token_cap():
+    long_a = " ".join(["x"] * (MAX_LMS_TOKENS + 50))
+    long_b = " ".join(["x"] * (MAX_LMS_TOKENS + 7))
+    assert len(lms_tokens(long_a)) == MAX_LMS_TOKENS
+    assert lms_score(long_a, long_b) == 1.0  # tails past the cap are ignored
+
+
+def test_prediction_horizon_rounds_half_up():
+    assert prediction_horizon(50) == 3  # 2.5 → 3 (banker's round would give 2)
+    assert prediction_horizon(15) == 1  # 0.75
+    assert prediction_horizon(4) == 1  # 0.2 → max(1, 0)
+    assert prediction_horizon(30) == 2  # 1.5 → 2
+    assert prediction_horizon(100, fraction=0.1) == 10
+    assert prediction_horizon(0) == 1
+
+
+def test_prediction_score_matrix_nan_past_end():
+    # T = 3, H = 2. truth for (t, h) is future_states[t + h - 1]
+    preds = [["s1", "s2"], ["s2", "zz"], ["s3", "s4"]]
+    future = ["s1", "s2", "s3"]
+    m = prediction_score_matrix(preds, future)
+    assert m.shape == (3, 2)
+    np.testing.assert_array_equal(m[:, 0], [1.0, 1.0, 1.0])
+    assert m[0, 1] == 1.0 and m[1, 1] == 0.0 and math.isnan(m[2, 1])
+
+
+def test_prediction_score_matrix_missing_prediction_scores_zero():
+    m = prediction_score_matrix([["a b"], ["c", "d"], []], ["a b", "c", "d"])
+    # H = 2: step 0 lacks its h=2 prediction (truth "c") → 0; step 2 has none: h=1 → 0, h=2 NaN
+    np.testing.assert_array_equal(m[:2], [[1.0, 0.0], [1.0, 1.0]])
+    assert m[2, 0] == 0.0 and math.isnan(m[2, 1])
+    with pytest.raises(ValueError):
+        prediction_score_matrix([["a"]], ["a", "b"])
+    # a fixed horizon pads with NaN past the end / 0 for missing, and cuts longer lists
+    m = prediction_score_matrix([["a", "b", "c"], ["b"]], ["a", "b"], horizon=2)
+    assert m.shape == (2, 2) and m[0].tolist() == [1.0, 1.0] and m[1, 0] == 1.0 and math.isnan(m[1, 1])
+
+
+def test_wia_returns_zero_task_return_is_zero_whatever_the_prediction():
+    out = wia_returns(["a", "a", "b"], [0, 0, 0], [[1.0, 1.0], [1.0, np.nan], [0.3, np.nan]], gamma=0.9)
+    np.testing.assert_array_equal(out, [0.0, 0.0, 0.0])
+
+
+def test_wia_returns_modulates_and_drops_nan():
+    # rewards [0, 1], γ = 0.5 → R_task [0.5, 1.0]
+    # R_pre: t0 = 1.0 + 0.5·0.5 = 1.25; t1 = 0.8 (h=2 past the end, dropped not renormalised)
+    out = wia_returns(["a", "a"], [0, 1], [[1.0, 0.5], [0.8, np.nan]], gamma=0.5)
+    np.testing.assert_allclose(out, [0.5 * 2.25, 1.0 * 1.8])
+    # perfect predictions never more than (1 + Σγ^{h-1}) times the task return
+    out = wia_returns(["a"], [2.0], [[0.0, np.nan]], gamma=0.5)
+    np.testing.assert_allclose(out, [2.0])  # wrong prediction: credit kept, not amplified
+
+
+def test_wia_returns_validates_scores():
+    with pytest.raises(ValueError):
+        wia_returns(["a"], [1.0], [[1.5]], gamma=0.9)
+    with pytest.raises(ValueError):
+        wia_returns(["a", "a"], [1.0, 0.0], [[0.5]], gamma=0.9)
+
+
+def test_role_agent_worked_example_mean_norm():
+    # one group, γ = 0.5: a = [s0, s1], rewards [0, 1], scores [[1.0], [0.5]]; b = [s0], [0], [[0.2]]
+    # R: a → [0.5·2, 1·1.5] = [1.0, 1.5]; b → [0.0]
+    # A^S: s0 = {1.0, 0.0} → ±0.5; s1 singleton → 0.   A^E: samples [1, 1, 0] − 2/3
+    out = role_agent_advantages([0] * 3, ["a", "a", "b"], [0, 1, 0], ["s0", "s1", "s0"],
+                                [[1.0], [0.5], [0.2]], gamma=0.5, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.5 + 1 / 3, 1 / 3, -0.5 - 2 / 3])
+    # α = 0 leaves only the state term
+    out = role_agent_advantages([0] * 3, ["a", "a", "b"], [0, 1, 0], ["s0", "s1", "s0"],
+                                [[1.0], [0.5], [0.2]], gamma=0.5, mode="mean_norm", alpha=0.0)
+    np.testing.assert_allclose(out, [0.5, 0.0, -0.5])
+
+
+def test_role_agent_mean_std_norm_and_prediction_breaks_ties():
+    # two trajectories through the same states with the same rewards; only predictions differ
+    # γ = 1: R_task = [1, 1] each; a predicts perfectly (R = 2), b badly (R = 1.25 and 1.0)
+    out = role_agent_advantages([0] * 4, ["a", "a", "b", "b"], [0, 1, 0, 1], ["x", "y", "x", "y"],
+                                [[1.0], [1.0], [0.25], [0.0]], gamma=1.0)
+    # A^E = 0 (equal episodes). x: {2, 1.25}: mean 1.625, std 0.53033; y: {2, 1}: std 0.70711
+    sx, sy = math.sqrt(2 * 0.375**2) + EPS, math.sqrt(0.5) + EPS
+    np.testing.assert_allclose(out, [0.375 / sx, 0.5 / sy, -0.375 / sx, -0.5 / sy])
+    np.testing.assert_allclose(out, [0.7071, 0.7071, -0.7071, -0.7071], atol=1e-4)
+
+
+def test_role_agent_similarity_state_groups():
+    s1 = "on the desk 1 you see a pen 1 and a book 2"
+    s2 = "on the desk 1 you see a pen 1 and a book 3"  # 2·11/24 = 0.9167
+    assert build_state_groups([0, 0], [s1, s2], similarity_threshold=0.9).tolist() == [0, 0]
+    out = role_agent_advantages([0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]],
+                                gamma=0.9, mode="mean_norm", similarity_threshold=0.9)
+    # R = [1·2, 0] → state ±1; episode ±0.5
+    np.testing.assert_allclose(out, [1.5, -1.5])
+    out = role_agent_advantages([0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]],
+                                gamma=0.9, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.5, -0.5])  # exact hashing: singletons → A^S = 0

@@ -1,0 +1,65 @@
+"""Recipes, overrides and up-front checks."""
+
+from pathlib import Path
+
+import pytest
+
+from roleagent.config import ConfigError, apply_overrides, explain, load_config
+
+RECIPES = sorted((Path(__file__).parents[1] / "roleagent" / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_shipped_recipe_loads(recipe):
+    cfg = load_config(recipe)
+    assert cfg.iterations >= 0
+
+
+def test_shipped_recipe_by_name():
+    assert load_config("role_agent_textcraft").algo.name == "role_agent"
+
+
+def test_unknown_key_names_closest():
+    with pytest.raises(ConfigError, match=r"unknown config key 'optim.lrr'; did you mean 'optim.lr'"):
+        load_config(None, ["optim.lrr=1e-4"])
+    with pytest.raises(ConfigError, match="did you mean 'rollout'"):
+        load_config(None, ["rolout.group_size=2"])
+
+
+def test_types_are_checked():
+    with pytest.raises(ConfigError, match="rollout.group_size: expected int"):
+        load_config(None, ["rollout.group_size=four"])
+    assert load_config(None, ["optim.lr=1"]).optim.lr == 1.0  # int where float is fine
+
+
+def test_overrides_parse_yaml_values():
+    data = apply_overrides({}, ["a.b=1e-4", "a.c=true", "d=[1, 2]", "e={k: v}"])
+    assert data == {"a": {"b": 1e-4, "c": True}, "d": [1, 2], "e": {"k": "v"}}
+    with pytest.raises(ConfigError):
+        apply_overrides({}, ["novalue"])
+
+
+@pytest.mark.parametrize("override,message", [
+    (["optim.mini_batches=100"], "exceeds the 16 episodes"),
+    (["rollout.group_size=1"], "group_size must be >= 2"),
+    (["algo.name=ppo2"], "algo.name must be one of"),
+    (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
+    (["optim.dual_clip=0.5"], "dual_clip must be > 1"),
+    (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),
+])
+def test_inconsistent_batches_fail_before_any_work(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, override)
+
+
+def test_malformed_yaml_is_a_config_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: {lr: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_explain_covers_nested_fields():
+    lines = explain()
+    assert any(line.startswith("optim.clip_high = 0.28:") for line in lines)
+    assert any(line.startswith("wia.horizon_fraction = 0.05:") for line in lines)

@@ -1,0 +1,103 @@
+"""Rollouts with scripted generations: batching, invalid actions, WIA scores, crashes."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from roleagent.envs.workers import EnvPool
+from roleagent.rollout import RolloutSettings, run_episodes
+
+
+def expert_reply(prompt: str, _call: int) -> str:
+    """Solve the key-and-door corridor from the prompt text alone (a scripted policy)."""
+    if "Predict the next" in prompt:
+        return "You are in room 1.</state1>"
+    admissible = re.search(r"Admissible actions: (.*)", prompt).group(1).split(", ")
+    for action in ("open door", "take key", "go right"):
+        if action in admissible and (action != "open door" or "pick up the key" in prompt or "take key" in prompt):
+            return f"{action}</action>"
+    return "go left</action>"
+
+
+def test_expert_script_solves_and_batches(scripted_engine):
+    engine = scripted_engine(expert_reply)
+    with EnvPool("scripted", slots=4, processes=False) as pool:
+        tasks = pool.meta.tasks("train")[:2]
+        jobs = [(t, 7) for t in tasks for _ in range(2)]
+        trajectories, stats = run_episodes(engine=engine, pool=pool, jobs=jobs,
+                                           settings=RolloutSettings(max_steps=8, action_format="action"))
+    assert [t.task.id for t in trajectories] == [j[0].id for j in jobs]
+    assert all(t.success for t in trajectories)
+    assert engine.calls[0] == 4  # one batched call for all four episodes on the first turn
+    assert all(n <= 4 for n in engine.calls)
+    # Finished episodes drop out: later calls are not larger than the number still active.
+    assert stats.turns == max(len(t.steps) for t in trajectories)
+    for t in trajectories:
+        assert t.steps[-1].done and t.steps[-1].reward == 1.0
+        assert t.steps[0].prompt_ids and t.steps[0].action_logprobs == [-1.0] * len(t.steps[0].action_ids)
+
+
+def test_invalid_output_is_penalised_not_stepped(scripted_engine):
+    engine = scripted_engine(lambda prompt, call: "no tags here" if call == 0 else "<action>look</action>")
+    with EnvPool("scripted", slots=1, processes=False) as pool:
+        task = pool.meta.tasks("train")[0]
+        (trajectory,), _ = run_episodes(
+            engine=engine, pool=pool, jobs=[(task, 0)],
+            settings=RolloutSettings(max_steps=3, action_format="think_action", invalid_penalty=0.1))
+    first, second = trajectory.steps[:2]
+    assert not first.valid and first.action is None and first.reward == pytest.approx(-0.1)
+    assert second.valid and second.action == "look"
+    assert second.observation == first.observation  # the invalid step did not move the env
+    assert len(trajectory.steps) == 3 and not trajectory.success
+
+
+def test_wia_predictions_are_scored_against_next_observation(scripted_engine):
+    engine = scripted_engine(expert_reply)
+    with EnvPool("scripted", slots=1, processes=False) as pool:
+        task = next(t for t in pool.meta.tasks("train") if t.payload["key_room"] == 1)
+        (trajectory,), stats = run_episodes(
+            engine=engine, pool=pool, jobs=[(task, 0)],
+            settings=RolloutSettings(max_steps=8, action_format="action", wia_horizon=2))
+    assert stats.predict_s >= 0
+    step0 = trajectory.steps[0]
+    assert step0.predictions[0] == "You are in room 1."
+    assert len(step0.prediction_scores) == 2
+    # The first action moves to room 1, which shows a key: partial word overlap, in (0, 1).
+    truth = trajectory.steps[1].observation
+    assert truth.startswith("You are in room 1.")
+    assert 0.0 < step0.prediction_scores[0] < 1.0
+    # The last step's second horizon lies past the end of the trajectory.
+    assert math.isnan(trajectory.steps[-1].prediction_scores[1])
+
+
+def test_crashed_environment_is_restarted_and_marked(scripted_engine):
+    def respond(prompt, call):
+        return "crash</action>" if call == 1 else "look</action>"
+
+    engine = scripted_engine(respond)
+    with EnvPool("crashing", slots=2, processes=True, timeout=30) as pool:
+        tasks = pool.meta.tasks("train")[:2]
+        trajectories, _ = run_episodes(engine=engine, pool=pool, jobs=[(t, 0) for t in tasks],
+                                       settings=RolloutSettings(max_steps=4, action_format="action"))
+        assert all(t.crashed for t in trajectories)
+        assert all(len(t.steps) == 2 for t in trajectories)
+        assert pool.restarts == 2
+        # The restarted workers serve the next episodes normally.
+        engine2 = scripted_engine(lambda p, c: "look</action>")
+        again, _ = run_episodes(engine=engine2, pool=pool, jobs=[(t, 0) for t in tasks],
+                                settings=RolloutSettings(max_steps=2, action_format="action"))
+        assert not any(t.crashed for t in again) and all(len(t.steps) == 2 for t in again)
+
+
+def test_more_jobs_than_slots_run_in_waves(scripted_engine):
+    engine = scripted_engine(expert_reply)
+    with EnvPool("scripted", slots=2, processes=False) as pool:
+        tasks = pool.meta.tasks("eval")[:5]
+        trajectories, _ = run_episodes(engine=engine, pool=pool, jobs=[(t, 0) for t in tasks],
+                                       settings=RolloutSettings(max_steps=8, action_format="action"))
+    assert [t.task.id for t in trajectories] == [t.id for t in tasks]
+    assert all(1 <= len(t.steps) <= 8 for t in trajectories)
+    assert engine.calls[0] == 2  # waves of at most pool.size episodes
