@@ -41,6 +41,8 @@ class Environment:
     max_steps: int = 50
     #: Failure-mode labels for the rule-based and LLM failure analysts (empty: none).
     failure_taxonomy: tuple[str, ...] = ()
+    #: Methods trainer hooks may call on every worker's instance (``EnvPool.call_all``).
+    remote_methods: tuple[str, ...] = ()
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of a split ("train", "eval", or an environment's own panel names)."""

@@ -51,6 +51,11 @@ def _handle(env: Environment, command: str, args: tuple) -> Any:
         return env.expert_action()
     if command == "diagnose":
         return env.diagnose(args[0])
+    if command == "call":  # a method the environment exposes for trainer hooks
+        method, method_args = args
+        if method not in env.remote_methods:
+            raise ValueError(f"{type(env).__name__}.{method} is not in remote_methods")
+        return getattr(env, method)(*method_args)
     raise ValueError(f"unknown worker command {command!r}")
 
 
@@ -205,6 +210,15 @@ class EnvPool:
 
     def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
         return self.meta.diagnose(trajectory)
+
+    def call_all(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` (one of the env's ``remote_methods``) on every slot and on the
+        local instance, e.g. to push an updated failure profile to all workers."""
+        replies = self._call_many("call", [(slot, (method, args)) for slot in range(self.size)])
+        failed = [value for status, value in replies if status != "ok"]
+        if failed:
+            raise RuntimeError(f"{method} failed in a worker: {failed[0]}")
+        return [_handle(self.meta, "call", (method, args))] + [value for _, value in replies]
 
     def close(self) -> None:
         for slot in self._slots:

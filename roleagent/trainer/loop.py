@@ -35,6 +35,7 @@ from roleagent.models.loading import load_policy
 from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.trainer.advantages import StepBatch, compute_advantages, zero_variance_fraction
 from roleagent.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roleagent.trainer.hooks import TrainerHook
 from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
 from roleagent.trainer.update import TrainSample, Updater
 from roleagent.types import Task, Trajectory
@@ -105,6 +106,7 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
         self.aiw = self._make_aiw() if cfg.aiw.enabled else None
+        self.hooks: list[TrainerHook] = []  # e.g. SEAL; see roleagent.trainer.hooks
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
@@ -169,6 +171,8 @@ class Trainer:
         t0 = time.perf_counter()
         batch = StepBatch.from_trajectories(trajectories, horizon=self.horizon)
         advantages = compute_advantages(batch, cfg.algo, wia=self.horizon > 0)
+        for hook in self.hooks:
+            advantages = hook.adjust_advantages(batch, advantages)
         samples = training_samples(batch, advantages, train_predictions=cfg.wia.train_predictions,
                                    skip_zero=cfg.optim.skip_zero_advantage)
         advantage_s = time.perf_counter() - t0
@@ -186,6 +190,10 @@ class Trainer:
                 trajectories, iteration=iteration, generate=self.chat, diagnose=self.pool.diagnose)
             aiw_metrics = {f"aiw/{k}": v for k, v in aiw_metrics.items()}
             aiw_s = time.perf_counter() - t0
+        hook_metrics = {}
+        for hook in self.hooks:
+            metrics = hook.after_iteration(trajectories, iteration=iteration, pool=self.pool)
+            hook_metrics.update({f"{hook.name}/{k}": v for k, v in metrics.items()})
 
         return {
             "iteration": iteration,
@@ -194,6 +202,7 @@ class Trainer:
             "train/advantage_abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
             **{f"update/{k}": v for k, v in update.items()},
             **aiw_metrics,
+            **hook_metrics,
             "env_restarts": self.pool.restarts,
             "time/rollout_s": rollout_s, "time/generate_s": stats.generate_s,
             "time/predict_s": stats.predict_s, "time/env_s": stats.env_s,
@@ -228,6 +237,7 @@ class Trainer:
             "rng_shuffle": self.shuffle_rng.getstate(),
             "engine_generator": self.engine.generator.get_state(),
             "aiw": self.aiw.state_dict() if self.aiw is not None else None,
+            "hooks": {hook.name: hook.state_dict() for hook in self.hooks},
             "evals": [(e.label, e.table) for e in self.evals],
         }
         save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.updater.optimizer, state=state)
@@ -239,6 +249,8 @@ class Trainer:
         self.engine.generator.set_state(state["engine_generator"])
         if self.aiw is not None and state.get("aiw") is not None:
             self.aiw.load_state_dict(state["aiw"])
+        for hook in self.hooks:
+            hook.load_state_dict(state.get("hooks", {}).get(hook.name, {}))
         self.evals = [EvalResult(label, [], table) for label, table in state.get("evals", [])]
         self.start_iteration = state["iteration"] + 1
         if not self.quiet:
