@@ -57,14 +57,13 @@ def _eval(args: argparse.Namespace) -> int:
         with EnvPool(cfg.env.name, cfg.env.kwargs, slots=args.workers, processes=cfg.env.processes,
                      timeout=cfg.env.timeout) as pool:
             splits = [cfg.env.eval_split] if args.split or cfg.env.name != "alfworld" else ["valid_seen", "valid_unseen"]
-            rows, results = {}, {}
+            rows = {}
             for split in splits:
                 tasks = panel(pool.meta.tasks(split), cfg.eval.max_tasks)
                 max_steps = cfg.rollout.max_steps or pool.meta.max_steps
                 trajectories = run_expert_episodes(pool, [(t, cfg.eval.seed) for t in tasks], max_steps=max_steps)
-                rows[f"expert {split}"] = success_by_type(trajectories)
-                results[split] = trajectories
-        print(_env_table(cfg.env.name, rows, results))
+                rows[f"expert {split}"] = success_by_type(trajectories, pool.meta.table_columns)
+        print(format_table(rows, title=f"{cfg.env.name} success (%)"))
         return 0
 
     from roleagent.trainer import Trainer
@@ -77,23 +76,8 @@ def _eval(args: argparse.Namespace) -> int:
         result = trainer.evaluate(args.label)
     finally:
         trainer.close()
-    print(_env_table(cfg.env.name, {f"{args.label} {cfg.env.eval_split}": result.table},
-                     {cfg.env.eval_split: result.trajectories}))
+    print(format_table({f"{args.label} {cfg.env.eval_split}": result.table}, title=f"{cfg.env.name} success (%)"))
     return 0
-
-
-def _env_table(env_name: str, rows: dict, results: dict) -> str:
-    """The environment's paper-format table when it has one, else the generic one."""
-    from roleagent.evaluation import format_table
-
-    if env_name == "alfworld":
-        try:
-            from roleagent.envs.alfworld.report import alfworld_table
-
-            return alfworld_table(results)
-        except ImportError:
-            pass
-    return format_table(rows, title=f"{env_name} success (%)")
 
 
 def _view(args: argparse.Namespace) -> int:

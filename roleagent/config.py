@@ -65,6 +65,7 @@ class RolloutConfig:
     temperature: float = _f(1.0, "sampling temperature for training rollouts")
     top_p: float = _f(1.0, "nucleus sampling threshold")
     invalid_penalty: float = _f(0.1, "reward subtracted on a step whose output has no parsable action")
+    project_actions: bool = _f(False, "map a non-admissible action onto the most similar admissible command (small models)")
     max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
     max_batch: int = _f(32, "most sequences in one generation batch")
 
@@ -121,6 +122,25 @@ class AIWConfig:
     options: dict = _f({}, "further roleagent.aiw.AIWConfig fields (boost, decay, floor, cap, ...)")
 
 
+# --- SEAL (seed 002; roleagent.trainer.seal.SealHook) -------------------------------
+@dataclass
+class SEALConfig:
+    enabled: bool = _f(False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below")
+    reweight: bool = _f(True, "multiply each trajectory's group-normalised advantage by w = clip(mean rho(turn labels), w_min, w_max)")
+    closed_loop: bool = _f(True, "move the utilities rho toward the failure profile after each iteration (EMA; needs reweight)")
+    interface_evolution: bool = _f(True, "train on the evolved interface (env.kwargs.interface=evolved, train split only) whose guidelines follow the failure profile; evaluation stays plain")
+    utilities: dict = _f({}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)")
+    w_min: float = _f(0.5, "lower clip of the trajectory weight")
+    w_max: float = _f(2.0, "upper clip of the trajectory weight")
+    beta: float = _f(0.25, "closed loop: EMA step toward the target utility")
+    alpha: float = _f(1.0, "closed loop: prevalence coefficient of the target")
+    confidence_samples: int = _f(32, "closed loop: trajectories carrying a tag before its target moves fully")
+    window: int = _f(512, "closed loop: trajectories in the sliding statistics window")
+    profile_window: int = _f(512, "interface evolution: trajectories in the failure profile's window")
+    diagnose_unfinished: bool = _f(True, "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them; false gives them weight 1")
+# --- end SEAL ------------------------------------------------------------------------
+
+
 @dataclass
 class TrainConfig:
     run_dir: str = _f("runs/default", "output folder: config, metrics, rollouts, checkpoints")
@@ -137,6 +157,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     aiw: AIWConfig = field(default_factory=AIWConfig)
+    seal: SEALConfig = field(default_factory=SEALConfig)  # SEAL
 
 
 ALGORITHMS = ("grpo", "rloo", "gigpo", "role_agent")
@@ -213,17 +234,35 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = resolve_recipe(path)
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    data = read_recipe(path) if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
     cfg = from_dict(TrainConfig, data)
     validate(cfg)
     return cfg
+
+
+def read_recipe(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A recipe as a dict. ``base: other_recipe`` loads that recipe first and merges this
+    one over it, so ablations state only what they change."""
+    path = resolve_recipe(path)
+    if path in _seen:
+        raise ConfigError(f"{path}: recipe 'base' chain loops")
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of config keys")
+    base = data.pop("base", None)
+    return _merge(read_recipe(base, (*_seen, path)), data) if base else data
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        both_dicts = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both_dicts and key != "kwargs" else value
+    return out
 
 
 def resolve_recipe(path: str | Path) -> Path:
@@ -270,6 +309,52 @@ def validate(cfg: TrainConfig) -> None:
         aiw_config(cfg)  # raises ConfigError on unknown or inconsistent options
     if cfg.iterations < 0 or cfg.checkpoint_every < 1:
         raise ConfigError("iterations must be >= 0 and checkpoint_every >= 1")
+    if cfg.seal.enabled:  # SEAL
+        validate_seal(cfg)
+
+
+def validate_seal(cfg: TrainConfig) -> None:
+    """SEAL needs turn-level diagnosis labels; interface evolution is train-only.
+
+    With ``seal.interface_evolution`` the environment is built with
+    ``interface=evolved`` (filled in here when the recipe leaves it out); the env
+    applies it to ``train``-split tasks only, so evaluation on ``env.eval_split`` sees
+    the plain benchmark interface.
+    """
+    s, kwargs = cfg.seal, cfg.env.kwargs
+    try:
+        import importlib
+
+        from roleagent.envs.base import factory_of
+
+        module, name = factory_of(cfg.env.name).split(":")
+        labelled = bool(getattr(getattr(importlib.import_module(module), name), "diagnosis_turn_labels", False))
+    except KeyError as error:
+        raise ConfigError(f"env.name: {error.args[0]}") from error
+    except ImportError:
+        labelled = cfg.env.name == "bfcl"
+    if not labelled:
+        raise ConfigError(f"seal.enabled needs an environment whose diagnose() returns turn labels "
+                          f"(env.name=bfcl), got env.name={cfg.env.name!r}")
+    if s.closed_loop and not s.reweight:
+        raise ConfigError("seal.closed_loop adapts the reweighting utilities: it needs seal.reweight=true "
+                          "(set seal.closed_loop=false for the w/o-reweighting ablation)")
+    if not 0 < s.w_min <= 1 <= s.w_max:
+        raise ConfigError("seal.w_min must be in (0, 1] and seal.w_max >= 1 (weights stay positive)")
+    if any(not isinstance(v, (int, float)) or v <= 0 for v in s.utilities.values()):
+        raise ConfigError("seal.utilities values must be positive numbers")
+    interface = kwargs.get("interface")
+    if s.interface_evolution:
+        if interface not in (None, "evolved"):
+            raise ConfigError(f"seal.interface_evolution=true trains on env.kwargs.interface=evolved, got "
+                              f"{interface!r} (drop it, or set seal.interface_evolution=false)")
+        kwargs["interface"] = "evolved"
+        if cfg.env.eval_split == cfg.env.train_split:
+            raise ConfigError("seal.interface_evolution changes train-split prompts: env.eval_split must differ "
+                              "from env.train_split so evaluation sees the plain interface")
+    elif interface == "evolved":
+        raise ConfigError("env.kwargs.interface=evolved without seal.interface_evolution would freeze the "
+                          "failure profile (no guidelines ever): set seal.interface_evolution=true or interface=plain")
 
 
 def aiw_config(cfg: TrainConfig):

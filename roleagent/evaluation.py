@@ -57,12 +57,16 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
     return out
 
 
-def success_by_type(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Success rate (%) per ``task.metadata["task_type"]`` plus ``All``."""
+def success_by_type(trajectories: list[Trajectory], labels: dict[str, str] | None = None) -> dict[str, float]:
+    """Success rate (%) per ``task.metadata["task_type"]`` (renamed by ``labels``, e.g. an
+    environment's ``table_columns``, in that order) plus ``All`` over all episodes."""
+    labels = labels or {}
     by_type: dict[str, list[bool]] = defaultdict(list)
     for t in trajectories:
-        by_type[str(t.task.metadata.get("task_type", "all"))].append(t.success)
-    table = {k: 100.0 * float(np.mean(v)) for k, v in sorted(by_type.items())}
+        task_type = str(t.task.metadata.get("task_type", "all"))
+        by_type[labels.get(task_type, task_type)].append(t.success)
+    order = [label for label in labels.values() if label in by_type] + sorted(set(by_type) - set(labels.values()))
+    table = {k: 100.0 * float(np.mean(by_type[k])) for k in order}
     table["All"] = 100.0 * float(np.mean([t.success for t in trajectories])) if trajectories else 0.0
     return table
 
@@ -70,8 +74,8 @@ def success_by_type(trajectories: list[Trajectory]) -> dict[str, float]:
 def format_table(rows: dict[str, dict[str, float]], *, columns: list[str] | None = None,
                  title: str = "success (%)") -> str:
     """A plain-text table: one row per (policy/panel) label, one column per task type."""
-    if columns is None:
-        columns = sorted({c for row in rows.values() for c in row if c != "All"}) + ["All"]
+    if columns is None:  # first-seen order, "All" last
+        columns = list(dict.fromkeys(c for row in rows.values() for c in row if c != "All")) + ["All"]
     label_width = max([len(title)] + [len(label) for label in rows])
     widths = [max(6, len(c)) for c in columns]
     lines = [title.ljust(label_width) + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths))]

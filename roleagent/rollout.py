@@ -40,6 +40,7 @@ class RolloutSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     invalid_penalty: float = 0.1
+    project_actions: bool = False  # map a non-admissible action onto the closest admissible one
     wia_horizon: int = 0  # 0: no World-In-Agent predictions
     wia_max_new_tokens: int = 48
 
@@ -124,6 +125,8 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
         ]
         generations = engine.generate(prompts, sampling)
         parsed = [actor.parse_action(g.text, settings.action_format) for g in generations]
+        if settings.project_actions:
+            parsed = [actor.project_action(p, e.admissible) for p, e in zip(parsed, active)]
         stats.generate_s += time.perf_counter() - started
 
         # 2. World-In-Agent predictions of the next H states ------------------------
@@ -172,6 +175,8 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
                 reply = next(replies)
                 step.reward, step.done = reply.reward, reply.done
                 step.info = dict(reply.info or {})
+                if p.projected_from is not None:
+                    step.info["projected_from"] = p.projected_from
                 if reply.crashed:
                     e.trajectory.crashed = True
                 else:

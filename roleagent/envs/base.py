@@ -41,6 +41,8 @@ class Environment:
     max_steps: int = 50
     #: Failure-mode labels for the rule-based and LLM failure analysts (empty: none).
     failure_taxonomy: tuple[str, ...] = ()
+    #: Table column label per ``task.metadata["task_type"]``, in display order (empty: the types).
+    table_columns: dict[str, str] = {}
     #: Methods trainer hooks may call on every worker's instance (``EnvPool.call_all``).
     remote_methods: tuple[str, ...] = ()
 

@@ -19,7 +19,7 @@ Unparsable output is an invalid action (``valid=False``), never an exception.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 
@@ -38,6 +38,27 @@ STOP = {"think_action": ("</action>",), "action": ("</action>", "\n"), "raw": ()
 class ParsedAction:
     action: str | None
     valid: bool
+    projected_from: str | None = field(default=None, repr=False)  # text ``project_action`` replaced
+
+
+def project_action(parsed: ParsedAction, admissible: list[str] | None) -> ParsedAction:
+    """Map a parsed but non-admissible action onto the most similar admissible command.
+
+    Word-level LCS similarity (``roleagent.algos.lms_score``); ties go to the earlier
+    command. Unparsable output stays invalid, and environments without admissible
+    actions are untouched. This is an option (``rollout.project_actions``), off by default:
+    it lets a model too small to copy commands verbatim explore, while the trained tokens
+    stay exactly what it generated.
+
+    >>> project_action(ParsedAction("I go to the sofa 1", True), ["look", "go to sofa 1"]).action
+    'go to sofa 1'
+    """
+    if not parsed.valid or not admissible or parsed.action in admissible:
+        return parsed
+    from roleagent.algos import lms_score
+
+    best = max(admissible, key=lambda command: lms_score(parsed.action, command))
+    return ParsedAction(best, True, projected_from=parsed.action)
 
 
 def parse_action(text: str, action_format: str) -> ParsedAction:
@@ -89,7 +110,7 @@ def actor_messages(
     recent = history[-max_history:] if max_history > 0 else []
     if recent:
         first = len(history) - len(recent) + 1
-        lines = [f"{first + i}. {action} -> {_clip(obs, 200)}" for i, (action, obs) in enumerate(recent)]
+        lines = [f"{first + i}. {_clip(action, 200)} -> {_clip(obs, 200)}" for i, (action, obs) in enumerate(recent)]
         parts.append("Previous actions:\n" + "\n".join(lines))
     parts.append("Current observation: " + _clip(observation, max_observation_chars))
     if admissible:

@@ -70,7 +70,6 @@ class Trainer:
         self.quiet = quiet
         self.run_dir = Path(cfg.run_dir)
         (self.run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         random.seed(cfg.seed)
@@ -99,7 +98,7 @@ class Trainer:
         self.settings = RolloutSettings(
             max_steps=self.max_steps, action_format=r.action_format, history=r.history,
             max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-            invalid_penalty=r.invalid_penalty, wia_horizon=self.horizon,
+            invalid_penalty=r.invalid_penalty, project_actions=r.project_actions, wia_horizon=self.horizon,
             wia_max_new_tokens=cfg.wia.max_new_tokens,
         )
         self.updater = Updater(self.policy, cfg.optim, temperature=r.temperature)
@@ -107,6 +106,10 @@ class Trainer:
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
         self.aiw = self._make_aiw() if cfg.aiw.enabled else None
         self.hooks: list[TrainerHook] = []  # e.g. SEAL; see roleagent.trainer.hooks
+        if cfg.seal.enabled:  # SEAL (seed 002): diagnosis-weighted advantages + evolved interface
+            from roleagent.trainer.seal import SealHook
+
+            self.hooks.append(SealHook(cfg.seal, self.pool))
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
@@ -137,6 +140,7 @@ class Trainer:
 
     def run(self) -> list[EvalResult]:
         cfg = self.cfg
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if self.start_iteration == 0 and cfg.eval.at_start:
             self.evaluate("before")
         for iteration in range(self.start_iteration, cfg.iterations):
@@ -222,7 +226,7 @@ class Trainer:
             trajectories, _ = run_episodes(engine=self.engine, pool=self.pool, jobs=jobs,
                                            settings=settings, progress=bar)
         self.engine.generator.set_state(generator_state)
-        result = EvalResult(label, trajectories, success_by_type(trajectories))
+        result = EvalResult(label, trajectories, success_by_type(trajectories, self.pool.meta.table_columns))
         self.evals.append(result)
         self._dump(f"eval_{label}", trajectories)
         self.metrics.write({"eval": label, **rollout_metrics(trajectories, prefix="eval/"),
@@ -263,6 +267,10 @@ class Trainer:
         summary = {"run_dir": str(self.run_dir), "algo": self.cfg.algo.name, "evals": rows,
                    "eval_tasks": [t.id for t in self.eval_tasks]}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.aiw is not None:  # Role-Agent Figure 4: failure modes over iterations
+            from roleagent.aiw.analysis import plot_failure_modes
+
+            plot_failure_modes(self.aiw.memory, self.run_dir / "failure_modes.png")
         if not self.quiet:
             print("\n" + table)
 

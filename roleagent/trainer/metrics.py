@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from roleagent.aiw.analysis import point_biserial
 from roleagent.types import Trajectory
 
 
@@ -50,6 +51,7 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         f"{prefix}length": float(np.mean([len(t.steps) for t in trajectories])),
         f"{prefix}valid_action_ratio": float(np.mean([s.valid for s in steps])) if steps else 0.0,
         f"{prefix}crashed": float(np.mean([t.crashed for t in trajectories])),
+        f"{prefix}projected_action_ratio": float(np.mean(["projected_from" in s.info for s in steps])) if steps else 0.0,
     }
     per_traj = [
         np.nanmean(scores) for t in trajectories
@@ -59,12 +61,6 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         successes = [t.success for t in trajectories
                      if any(not math.isnan(x) for s in t.steps for x in s.prediction_scores)]
         out[f"{prefix}wia_score"] = float(np.mean(per_traj))
-        out[f"{prefix}wia_success_corr"] = point_biserial(np.asarray(per_traj), np.asarray(successes, dtype=float))
+        # Role-Agent App. B.2: point-biserial correlation of the predictive reward with success.
+        out[f"{prefix}wia_success_corr"] = point_biserial(per_traj, successes)[0]
     return out
-
-
-def point_biserial(scores: np.ndarray, outcomes: np.ndarray) -> float:
-    """Pearson correlation of a score with a 0/1 outcome (Role-Agent App. B.2); NaN if either is constant."""
-    if len(scores) < 2 or scores.std() == 0 or outcomes.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(scores, outcomes)[0, 1])

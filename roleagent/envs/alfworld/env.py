@@ -68,6 +68,7 @@ class AlfWorldEnv(Environment):
     name = "alfworld"
     max_steps = 50
     failure_taxonomy = FAILURE_TAXONOMY
+    table_columns = S.TABLE_COLUMNS  # paper Table 1 column names per task type
 
     def __init__(
         self,

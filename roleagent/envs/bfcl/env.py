@@ -73,6 +73,14 @@ class BFCLEnv(Environment):
             prompting mode does; off by default to save tokens).
         schema_cues / recovery_hints / guidelines: the three parts of the evolved interface.
         profile_window: trajectories kept by the failure profile.
+        tool_format: ``"full"`` (bfcl's schemas, default) or ``"compact"`` (first sentence
+            of each description, no backend preamble, minified JSON: roughly half the
+            prompt tokens; ``interface.compact_doc``). Applies to train and eval alike.
+        classes: keep only tasks whose ``involved_classes`` are all in this list
+            (e.g. ``[TradingBot]``: single-backend tasks with short tool lists).
+        train_per_category / eval_per_category: keep the first k tasks of each category
+            of that split (after ``classes``; split order, see ``data.split_ids``);
+            0 keeps all. Small fixed subsets for CPU runs.
         type_check: reject calls whose argument values break the schema types (default).
             bfcl itself executes them (Python is dynamic); ``False`` matches bfcl there.
             With the check on, 4 train entries (``multi_turn_*_173``: the ground truth
@@ -83,6 +91,10 @@ class BFCLEnv(Environment):
     name = "bfcl"
     max_steps = 20
     failure_taxonomy = PRIORITY_LABELS
+    #: ``diagnose`` returns per-turn ``turn_labels`` (SEAL's utilities) and the
+    #: failure profile behind the evolved interface can be pushed to workers.
+    diagnosis_turn_labels = True
+    remote_methods = ("update_profile", "set_profile", "profile_state")
 
     def __init__(self, call_format: str = "qwen", interface: str = "plain", max_steps: int = 20,
                  max_steps_per_turn: int = 20, max_action_chars: int = 16384,
@@ -90,7 +102,9 @@ class BFCLEnv(Environment):
                  categories: tuple[str, ...] | list[str] = data.CATEGORIES,
                  include_response_schema: bool = False, schema_cues: bool = True,
                  recovery_hints: bool = True, guidelines: bool = True,
-                 profile_window: int = 512, type_check: bool = True) -> None:
+                 profile_window: int = 512, type_check: bool = True,
+                 tool_format: str = "full", classes: tuple[str, ...] | list[str] | None = None,
+                 train_per_category: int = 0, eval_per_category: int = 0) -> None:
         if call_format not in CALL_FORMATS:
             raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
         if interface not in ("plain", "evolved"):
@@ -98,6 +112,14 @@ class BFCLEnv(Environment):
         unknown = [c for c in categories if c not in data.CATEGORIES]
         if unknown:
             raise ValueError(f"unknown categories {unknown}; known: {data.CATEGORIES}")
+        if tool_format not in ("full", "compact"):
+            raise ValueError(f"tool_format must be 'full' or 'compact', got {tool_format!r}")
+        unknown_classes = [c for c in (classes or ()) if c not in data.BACKENDS]
+        if unknown_classes:
+            raise ValueError(f"unknown classes {unknown_classes}; known: {tuple(data.BACKENDS)}")
+        self.tool_format = tool_format
+        self.classes = tuple(classes) if classes else None
+        self.per_category = {"train": int(train_per_category), "eval": int(eval_per_category)}
         self.call_format = call_format
         self.interface_mode = interface
         self.max_steps = int(max_steps)
@@ -112,6 +134,7 @@ class BFCLEnv(Environment):
         self._plain = PlainInterface()
         self._evolved = EvolvedInterface(self.profile, schema_cues=schema_cues,
                                          recovery_hints=recovery_hints, guidelines=guidelines)
+        self._plain.compact = self._evolved.compact = tool_format == "compact"
         self._episode: Episode | None = None
         self._task: Task | None = None
         self._interface: PlainInterface = self._plain
@@ -120,12 +143,20 @@ class BFCLEnv(Environment):
 
     def tasks(self, split: str) -> list[Task]:
         out = []
+        limit = self.per_category.get(split, 0)
+        taken: dict[str, int] = {}
         for entry_id in data.split_ids(split, self.split_seed, self.categories):
             e = data.entry(entry_id)
+            if self.classes is not None and not set(e["involved_classes"]) <= set(self.classes):
+                continue
+            if limit and taken.get(e["category"], 0) >= limit:
+                continue
+            taken[e["category"]] = taken.get(e["category"], 0) + 1
             out.append(Task(
                 id=data.task_id(split, entry_id), env=self.name,
                 payload={"entry_id": entry_id}, split=split,
-                metadata={"category": e["category"], "n_turns": len(e["question"]),
+                metadata={"category": e["category"], "task_type": e["category"],  # per-category eval tables
+                          "n_turns": len(e["question"]),
                           "involved_classes": list(e["involved_classes"])}))
         return out
 
@@ -190,11 +221,14 @@ class BFCLEnv(Environment):
         """Replay the trajectory's turns on fresh backends and label every ground-truth
         turn (``diagnosis.py``): ``{"turn_labels", "priority_labels", "dominant_type",
         "official", "success"}``. Uses ``step.action`` when it is a string, else
-        ``step.action_text`` (for this env both are the full model turn)."""
+        ``step.action_text`` (for this env both are the full model turn); steps marked
+        ``valid=False`` are skipped, as the rollout never stepped the env with them."""
         ep = self._new_episode(trajectory.task, self._plain)
         for step in trajectory.steps:
             if ep.done:
                 break
+            if getattr(step, "valid", True) is False:
+                continue  # the rollout never sent an unparsable (e.g. empty) turn to the env
             text = step.action if isinstance(step.action, str) else step.action_text
             ep.step(text)
         return diagnose_evidence(ep.turns, ep.success if ep.done else False)
@@ -202,6 +236,16 @@ class BFCLEnv(Environment):
     def update_profile(self, diagnosis: dict[str, Any], reward: float) -> None:
         """Feed one training trajectory's diagnosis to the failure profile."""
         self.profile.update_from_diagnosis(diagnosis, reward)
+
+    def set_profile(self, state: dict[str, Any]) -> int:
+        """Replace the failure profile with ``FailureProfile.state_dict()`` output (the
+        trainer's SEAL hook pushes its authoritative profile to every worker with
+        ``EnvPool.call_all("set_profile", state)``); returns the profile's size."""
+        self.profile.load_state_dict(state)
+        return len(self.profile)
+
+    def profile_state(self) -> dict[str, Any]:
+        return self.profile.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
         return {"profile": self.profile.state_dict()}

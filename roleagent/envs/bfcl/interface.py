@@ -207,12 +207,63 @@ def recovery_hint(record: CallRecord, schema: dict[str, Any]) -> str | None:
     return None
 
 
+# ------------------------------------------------------------- compact schemas -------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_PREAMBLE = "Tool description:"
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    text = " ".join((text or "").split())
+    head = _SENTENCE_END.split(text, maxsplit=1)[0]
+    return head if len(head) <= limit else head[: limit - 3].rstrip() + "..."
+
+
+def compact_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """A shorter copy of a tool doc for CPU-sized prompts (``tool_format="compact"``).
+
+    Drops bfcl's per-backend preamble ("This tool belongs to ... Tool description:")
+    and the ``"type": "dict"`` wrapper, and keeps the first sentence of every
+    description, plus any ``[Enum]: ...`` fragment and any ``[required]/[optional]``
+    marker (which lead the description). Names, parameter names, types, the
+    ``required`` list, ``enum``/``items``/``default`` keys are kept unchanged: nothing a
+    call needs is removed, only prose. Applied after the schema cues, to both the plain
+    and the evolved interface, so evaluation and training see the same format.
+    """
+    desc = doc.get("description", "") or ""
+    if _PREAMBLE in desc:
+        desc = desc.split(_PREAMBLE, 1)[1]
+    params = doc.get("parameters") or {}
+    props: dict[str, Any] = {}
+    for name, prop in (params.get("properties") or {}).items():
+        short = {k: v for k, v in prop.items() if k != "description"}
+        text = prop.get("description", "") or ""
+        head = _first_sentence(text)
+        enum = _ENUM_RE.search(text)
+        if enum and enum.group(0) not in head:
+            head = f"{head} {enum.group(0).strip()}".strip()
+        if head:
+            short = {"description": head, **short}
+        props[name] = short
+    out: dict[str, Any] = {"name": doc.get("name"), "description": _first_sentence(desc)}
+    out["parameters"] = {"properties": props, "required": list(params.get("required", []) or [])}
+    return out
+
+
 class PlainInterface:
-    """The benchmark interface (always used for evaluation)."""
+    """The benchmark interface (always used for evaluation).
+
+    ``compact=True`` renders ``compact_doc`` schemas as minified JSON (the env's
+    ``tool_format="compact"``); the default is bfcl's full schemas, one JSON per line.
+    """
 
     name = "plain"
+    compact = False
 
     def render_tools(self, docs: list[dict[str, Any]]) -> str:
+        if self.compact:
+            return "\n".join(json.dumps(compact_doc(d), ensure_ascii=False, separators=(",", ":"))
+                             for d in docs)
         return "\n".join(json.dumps(d, ensure_ascii=False) for d in docs)
 
     def hint(self, record: CallRecord, schema: dict[str, Any]) -> str | None:

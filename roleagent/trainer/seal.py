@@ -1,0 +1,207 @@
+"""SEAL in the training loop (seed 002 §3.2–3.5): diagnosis → weights, profile → interface.
+
+``SealHook`` plugs into :class:`roleagent.trainer.hooks.TrainerHook`. Per iteration k:
+
+1. rollouts on interface I_k (train tasks; the env applies the evolved interface to the
+   ``train`` split only, evaluation always sees the plain one);
+2. ``adjust_advantages``: each trajectory's diagnosis (the last step's
+   ``info["diagnosis"]``, or a replay with ``env.diagnose`` for a trajectory the rollout
+   cut before the env finished it) gives turn labels y_1..y_K and
+
+       w(τ) = clip(mean_k ρ(y_k), w_min, w_max),    Â = w(τ) · A        (w > 0: sign kept)
+
+   where A is the group-normalised advantage of every step sample of τ and ρ are the
+   static utilities (``STATIC_UTILITIES`` + ``seal.utilities``) or the closed-loop ones.
+   A trajectory without a diagnosis (crashed, or not diagnosable) gets w = 1;
+3. the policy update;
+4. ``after_iteration``: the closed-loop utilities take one EMA step with this
+   iteration's labels and verifier rewards; the failure profile (paper priority labels,
+   per trajectory) is updated and pushed to every env worker
+   (``pool.call_all("set_profile", state)``), which selects the guidelines of I_{k+1}.
+
+**Ordering (decided here).** The closed-loop utilities that weight iteration k's batch
+are those after iteration k − 1's update: ``update`` runs after weighting, in
+``after_iteration``. Reasons: (a) the paper's loop builds interface I_{k+1} from the
+diagnoses of round k, and we keep the two halves of the loop symmetric (both adapt
+from the previous rounds); (b) a batch never sets the utilities that weight itself, so
+a batch dominated by one failure cannot amplify its own weight within the same update;
+(c) it is the order our colleague suggested in ``docs/seal.md``; the authors' EMA
+(β = 0.25) lags by a step either way. Iteration 0 uses the static utilities.
+
+**Rewards** fed to the profile and the closed loop are the binary verifier outcome
+(``Trajectory.success``), never the shaped return with format penalties.
+
+**State.** ``state_dict`` holds the failure profile and the closed-loop state; on load the
+profile is pushed to the workers at once, so a resumed run's next rollout sees exactly
+the interface an uninterrupted run would. A worker restarted mid-iteration (crash) starts
+with an empty profile until the next push (one training wave per iteration, so at most
+the rest of that episode's wave is affected; evaluation is plain anyway).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+from roleagent.algos.seal import (
+    STATIC_UTILITIES,
+    ClosedLoopWeights,
+    expand_to_samples,
+    reweight_advantages,
+    seal_trajectory_weights,
+)
+from roleagent.envs.workers import EnvPool
+from roleagent.trainer.advantages import StepBatch
+from roleagent.trainer.hooks import TrainerHook
+from roleagent.types import Trajectory
+
+
+def _last_diagnosis(trajectory: Trajectory) -> dict[str, Any] | None:
+    for step in reversed(trajectory.steps):
+        if isinstance(step.info, dict) and isinstance(step.info.get("diagnosis"), dict):
+            return step.info["diagnosis"]
+    return None
+
+
+class SealHook(TrainerHook):
+    """Diagnosis-guided advantage reweighting + closed loop + interface evolution."""
+
+    name = "seal"
+
+    def __init__(self, cfg, pool: EnvPool | None = None, *,
+                 diagnose: Callable[[Trajectory], dict[str, Any] | None] | None = None) -> None:
+        """``cfg`` is a ``roleagent.config.SEALConfig``; ``pool`` the trainer's env pool (for
+        replay diagnosis and profile pushes); ``diagnose`` overrides ``pool.diagnose``."""
+        self.cfg = cfg
+        self.pool = pool
+        self._diagnose = diagnose or (pool.diagnose if pool is not None else None)
+        self.utilities = {**STATIC_UTILITIES, **{k: float(v) for k, v in cfg.utilities.items()}}
+        self.closed_loop = ClosedLoopWeights(
+            self.utilities, beta=cfg.beta, alpha=cfg.alpha, confidence_samples=cfg.confidence_samples,
+            window=cfg.window, w_min=cfg.w_min, w_max=cfg.w_max,
+        ) if (cfg.reweight and cfg.closed_loop) else None
+        self.profile = None
+        if cfg.interface_evolution:
+            from roleagent.envs.bfcl.interface import FailureProfile
+
+            self.profile = FailureProfile(cfg.profile_window)
+            meta = getattr(pool, "meta", None)
+            if meta is not None:
+                if "set_profile" not in getattr(meta, "remote_methods", ()):
+                    raise ValueError(f"seal.interface_evolution: {type(meta).__name__} cannot receive a "
+                                     "failure profile (no 'set_profile' in remote_methods)")
+                if getattr(meta, "interface_mode", "evolved") != "evolved":
+                    raise ValueError("seal.interface_evolution needs the env built with interface='evolved' "
+                                     "(load the config with roleagent.config.load_config, which sets it)")
+        self._batch_metrics: dict[str, float] = {}
+
+    # ----------------------------------------------------------------- diagnoses ------
+
+    def diagnosis(self, trajectory: Trajectory) -> dict[str, Any] | None:
+        """The trajectory's diagnosis (cached on ``trajectory.diagnosis``); None when it
+        crashed or cannot be diagnosed."""
+        if trajectory.crashed or not trajectory.steps:
+            return None
+        if trajectory.diagnosis is None:
+            found = _last_diagnosis(trajectory)
+            if found is None and self.cfg.diagnose_unfinished and self._diagnose is not None:
+                found = self._diagnose(trajectory)
+            trajectory.diagnosis = found
+        d = trajectory.diagnosis
+        return d if isinstance(d, dict) and "turn_labels" in d else None
+
+    def current_utilities(self) -> dict[str, float]:
+        return self.closed_loop.utilities() if self.closed_loop is not None else dict(self.utilities)
+
+    def trajectory_weights(self, trajectories: list[Trajectory]) -> np.ndarray:
+        """w per trajectory from the current utilities; 1 where there is no diagnosis."""
+        diagnoses = [self.diagnosis(t) for t in trajectories]
+        labels = [d["turn_labels"] if d is not None else [] for d in diagnoses]
+        w = seal_trajectory_weights(labels, self.current_utilities(), w_min=self.cfg.w_min, w_max=self.cfg.w_max)
+        w[[i for i, d in enumerate(diagnoses) if d is None]] = 1.0
+        return w
+
+    # --------------------------------------------------------------------- hook -------
+
+    def adjust_advantages(self, batch: StepBatch, advantages: np.ndarray) -> np.ndarray:
+        if not batch.trajectories:
+            self._batch_metrics = {}
+            return advantages
+        w = self.trajectory_weights(batch.trajectories)
+        diagnosed = [self.diagnosis(t) is not None for t in batch.trajectories]
+        self._batch_metrics = {
+            "weight_mean": float(w.mean()), "weight_min": float(w.min()), "weight_max": float(w.max()),
+            "diagnosed": float(np.mean(diagnosed)),
+        }
+        if not self.cfg.reweight or len(advantages) == 0:
+            return advantages
+        adjusted = reweight_advantages(advantages, expand_to_samples(w, batch.traj_ids))
+        self._batch_metrics["advantage_abs_mean_before"] = float(np.abs(advantages).mean())
+        return adjusted
+
+    def after_iteration(self, trajectories: list[Trajectory], *, iteration: int, pool: EnvPool) -> dict[str, float]:
+        pairs = [(d, float(t.success)) for t in trajectories if (d := self.diagnosis(t)) is not None]
+        metrics = dict(self._batch_metrics)
+        self._batch_metrics = {}
+        metrics.update(diagnosis_metrics(trajectories, [d for d, _ in pairs]))
+        if self.closed_loop is not None and pairs:
+            self.closed_loop.update([d["turn_labels"] for d, _ in pairs], [r for _, r in pairs])
+        if self.closed_loop is not None:
+            metrics.update({f"rho_{k}": v for k, v in sorted(self.closed_loop.utilities().items())})
+        if self.profile is not None:
+            for d, reward in pairs:
+                self.profile.update_from_diagnosis(d, reward)
+            self.push_profile(pool)
+            metrics["profile_size"] = float(len(self.profile))
+            metrics["guidelines"] = float(len(self.profile.select_guidelines()))
+        return metrics
+
+    def push_profile(self, pool: EnvPool | None = None) -> None:
+        pool = pool if pool is not None else self.pool
+        if self.profile is not None and pool is not None:
+            pool.call_all("set_profile", self.profile.state_dict())
+
+    # ----------------------------------------------------------------- state ----------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"closed_loop": self.closed_loop.state_dict() if self.closed_loop is not None else None,
+                "profile": self.profile.state_dict() if self.profile is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        if self.closed_loop is not None and state.get("closed_loop") is not None:
+            self.closed_loop.load_state_dict(state["closed_loop"])
+        if self.profile is not None and state.get("profile") is not None:
+            self.profile.load_state_dict(state["profile"])
+            self.push_profile()
+
+
+def diagnosis_metrics(trajectories: list[Trajectory], diagnoses: list[dict[str, Any]]) -> dict[str, float]:
+    """Label distribution and tool-call validity of an iteration (all floats).
+
+    ``label_<tag>``: share of ground-truth turns with that code-vocabulary tag;
+    ``dominant_<type>``: share of diagnosed trajectories with that dominant type;
+    ``valid_call_ratio``: calls that parsed and passed the schema checks (executed:
+    status ok / tool_error / exec_error) over all calls; ``calls_per_turn``: calls per
+    stepped model turn; ``call_turn_ratio``: stepped model turns with at least one call.
+    """
+    out: dict[str, float] = {}
+    turns = Counter(tag for d in diagnoses for tag in d.get("turn_labels", []))
+    total = sum(turns.values())
+    for tag, n in sorted(turns.items()):
+        out[f"label_{tag}"] = n / total
+    dominant = Counter(d.get("dominant_type", "pass") for d in diagnoses)
+    for tag, n in sorted(dominant.items()):
+        out[f"dominant_{tag}"] = n / len(diagnoses)
+    calls = [c for t in trajectories for s in t.steps for c in (s.info or {}).get("calls", []) or []]
+    stepped = [s for t in trajectories for s in t.steps if s.valid and not (s.info or {}).get("crashed")]
+    executed = [c for c in calls if c.get("status") in ("ok", "tool_error", "exec_error")]
+    out["calls"] = float(len(calls))
+    out["valid_call_ratio"] = len(executed) / len(calls) if calls else 0.0
+    out["calls_per_turn"] = len(calls) / len(stepped) if stepped else 0.0
+    out["call_turn_ratio"] = (float(np.mean([bool((s.info or {}).get("calls")) for s in stepped]))
+                              if stepped else 0.0)
+    return out

@@ -1,0 +1,190 @@
+"""SEAL in the trainer: weight math on a hand-built batch, state round trips, profile push
+to worker processes, config checks and a tiny end-to-end run that resumes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from roleagent.config import ConfigError, SEALConfig, load_config
+from roleagent.trainer.advantages import StepBatch, compute_advantages
+from roleagent.trainer.seal import SealHook
+from roleagent.types import Step, Task, Trajectory
+
+pytest.importorskip("bfcl_eval")
+
+
+def _traj(task_id, rewards, labels=None, *, crashed=False, success=False, info_diag=True):
+    steps = [Step(observation="o", state_key="o", prompt_ids=[1], action_ids=[2], action_logprobs=[0.0],
+                  action_text="a", action="a", valid=True, reward=r) for r in rewards]
+    if labels is not None and info_diag:
+        steps[-1].info = {"diagnosis": {"turn_labels": list(labels), "priority_labels": ["pass"] * len(labels),
+                                        "dominant_type": "pass"}}
+    return Trajectory(task=Task(task_id, "bfcl"), steps=steps, crashed=crashed, success=success)
+
+
+def _hook(**kw):
+    return SealHook(SEALConfig(enabled=True, interface_evolution=False, **kw), None)
+
+
+def test_weights_scale_advantages_without_flipping_signs_and_clip():
+    trajectories = [
+        _traj("a", [0, 1], ["spurious_tool_call", "spurious_tool_call"], success=True),  # mean 2.0
+        _traj("a", [0, 0], ["instance_mismatch", "instance_mismatch"]),  # 0.6
+        _traj("a", [0, 0.5], ["pass", "response_mismatch"]),  # 0.95
+        _traj("a", [0, 0]),  # no diagnosis: weight 1
+    ]
+    batch = StepBatch.from_trajectories(trajectories)
+    adv = compute_advantages(batch, load_config(None, ["algo.name=grpo", "wia.enabled=false"]).algo, wia=False)
+    hook = _hook(closed_loop=False)
+    out = hook.adjust_advantages(batch, adv)
+    w = np.array([2.0, 0.6, 0.95, 1.0])[batch.traj_ids]
+    np.testing.assert_allclose(out, adv * w)
+    assert np.all(np.sign(out) == np.sign(adv))
+    # clip bounds: utilities far outside [0.5, 2] are clipped
+    extreme = _hook(closed_loop=False, utilities={"pass": 10.0, "state_mismatch": 0.01})
+    ws = extreme.trajectory_weights([_traj("b", [0], ["pass"]), _traj("b", [0], ["state_mismatch"]),
+                                     _traj("b", [0], ["checker_error"]), _traj("b", [0], crashed=True)])
+    np.testing.assert_allclose(ws, [2.0, 0.5, 1.0, 1.0])
+
+
+def test_reweight_off_keeps_advantages_and_still_reports():
+    batch = StepBatch.from_trajectories([_traj("a", [1], ["pass"]), _traj("a", [0], ["spurious_tool_call"])])
+    adv = np.array([0.7, -0.7])
+    hook = _hook(reweight=False, closed_loop=False)
+    assert hook.adjust_advantages(batch, adv) is adv
+    metrics = hook.after_iteration(batch.trajectories, iteration=0, pool=None)
+    assert metrics["weight_max"] == 2.0 and metrics["label_pass"] == 0.5
+
+
+def test_closed_loop_updates_after_weighting_and_round_trips():
+    hook = _hook()
+    failing = [_traj("a", [0], ["empty_turn_model_response"] * 3) for _ in range(40)]
+    batch = StepBatch.from_trajectories(failing)
+    out = hook.adjust_advantages(batch, np.ones(len(batch)))
+    np.testing.assert_allclose(out, 1.5)  # iteration 0 uses the static utilities
+    metrics = hook.after_iteration(failing, iteration=0, pool=None)
+    rho = metrics["rho_empty_turn_model_response"]
+    assert 1.5 < rho <= 2.0  # prevalent, unrewarded tag gains utility
+    clone = _hook()
+    clone.load_state_dict(json.loads(json.dumps(hook.state_dict())))
+    assert clone.state_dict() == hook.state_dict()
+    np.testing.assert_allclose(clone.adjust_advantages(batch, np.ones(len(batch))), rho)
+
+
+def test_profile_push_reaches_process_workers():
+    from roleagent.envs.workers import EnvPool
+
+    with EnvPool("bfcl", {"interface": "evolved", "tool_format": "compact"}, slots=2, processes=True) as pool:
+        hook = SealHook(SEALConfig(enabled=True), pool)
+        diag = {"turn_labels": ["state_mismatch"], "priority_labels": ["argument_mismatch"],
+                "dominant_type": "argument_mismatch"}
+        trajectories = [_traj("a", [0], ["state_mismatch"]) for _ in range(10)]
+        for t in trajectories:
+            t.steps[-1].info["diagnosis"] = diag
+        hook.after_iteration(trajectories, iteration=0, pool=pool)
+        states = pool.call_all("profile_state")
+        assert len(states) == 3 and all(s == hook.profile.state_dict() for s in states)
+        task = next(t for t in pool.meta.tasks("train"))
+        replies = pool.reset([(0, task, 0)])
+        assert "# Guidelines" in replies[0].info["instruction"]  # the worker shows the guideline
+        # a restored hook pushes its profile at once
+        fresh = SealHook(SEALConfig(enabled=True), pool)
+        pool.call_all("set_profile", fresh.profile.state_dict())
+        fresh.load_state_dict(hook.state_dict())
+        assert all(s == hook.profile.state_dict() for s in pool.call_all("profile_state"))
+        with pytest.raises(RuntimeError, match="remote_methods"):
+            pool.call_all("close")
+
+
+@pytest.mark.parametrize("override,message", [
+    (["seal.enabled=true"], "turn labels"),  # default env is textcraft
+    (["seal.enabled=true", "env.name=bfcl", "seal.reweight=false"], "needs seal.reweight"),
+    (["seal.enabled=true", "env.name=bfcl", "env.kwargs={interface: plain}"], "interface_evolution"),
+    (["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false", "env.kwargs={interface: evolved}"],
+     "freeze"),
+    (["seal.enabled=true", "env.name=bfcl", "env.eval_split=train"], "plain interface"),
+])
+def test_seal_config_checks(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, override)
+
+
+def test_interface_evolution_sets_evolved_and_eval_stays_plain():
+    cfg = load_config("seal_bfcl")
+    assert cfg.env.kwargs["interface"] == "evolved" and cfg.seal.closed_loop
+    from roleagent.envs import make_env
+
+    env = make_env("bfcl", **cfg.env.kwargs)
+    assert env.reset(env.tasks("train")[0], 0)[1]["interface"] == "evolved"
+    assert env.reset(env.tasks("eval")[0], 0)[1]["interface"] == "plain"
+    assert load_config("seal_bfcl_no_interface").env.kwargs["interface"] == "plain"
+
+
+TINY_BFCL = ["model.name=tiny", "model.device=cpu", "env.name=bfcl", "env.processes=false",
+             "env.kwargs={tool_format: compact, classes: [TradingBot], train_per_category: 1, "
+             "eval_per_category: 1, categories: [base], max_steps: 2}",
+             "rollout.tasks_per_iter=1", "rollout.group_size=2", "rollout.max_new_tokens=4",
+             "rollout.action_format=raw", "rollout.max_prompt_tokens=2048", "algo.name=grpo",
+             "wia.enabled=false", "tensorboard=false", "eval.at_start=false", "eval.max_tasks=1",
+             "seal.enabled=true", "threads=1"]
+
+
+def test_tiny_end_to_end_run_logs_seal_metrics_and_resumes(tmp_path):
+    from roleagent.trainer import Trainer
+
+    run = tmp_path / "seal"
+    first = Trainer(load_config(None, TINY_BFCL + [f"run_dir={run}", "iterations=1"]), quiet=True)
+    try:
+        first.run()
+    finally:
+        first.close()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "iteration" in r]
+    assert len(train) == 1
+    for key in ("seal/weight_mean", "seal/diagnosed", "seal/valid_call_ratio", "seal/profile_size",
+                "seal/rho_pass"):
+        assert key in train[0], key
+    assert train[0]["seal/diagnosed"] == 1.0  # max_steps=2 < turns: every rollout replay-diagnosed
+    assert any(k.startswith("seal/label_") for k in train[0])
+    dumped = [json.loads(line) for line in (run / "rollouts" / "iter_000000.jsonl").read_text().splitlines()]
+    assert all(d["split"] == "train" for d in dumped)
+    state = first.hooks[0].state_dict()
+    assert len(state["profile"]["items"]) == 2
+
+    resumed = Trainer(load_config(None, TINY_BFCL + [f"run_dir={run}", "iterations=2"]), quiet=True)
+    try:
+        assert resumed.start_iteration == 1
+        assert resumed.hooks[0].state_dict() == state
+        assert resumed.pool.meta.profile_state() == state["profile"]  # pushed on load
+        resumed.run()
+    finally:
+        resumed.close()
+    assert len(resumed.hooks[0].state_dict()["profile"]["items"]) == 4
+
+
+def test_cpu_sizing_kwargs_compact_schemas_and_subsets():
+    from roleagent.envs import make_env
+    from roleagent.envs.bfcl import data
+    from roleagent.envs.bfcl.interface import compact_doc, schema_cues
+
+    for cls in data.BACKENDS:
+        for doc in data.func_docs(cls):
+            short = compact_doc(schema_cues(doc))
+            params = doc.get("parameters", {})
+            assert short["name"] == doc["name"]
+            assert set(short["parameters"]["properties"]) == set(params.get("properties", {}))
+            assert short["parameters"]["required"] == list(params.get("required", []))
+            assert len(json.dumps(short)) <= len(json.dumps(schema_cues(doc)))
+            for name, prop in params.get("properties", {}).items():
+                assert short["parameters"]["properties"][name]["type"] == prop["type"]
+    env = make_env("bfcl", classes=["TradingBot"], train_per_category=2, eval_per_category=1,
+                   tool_format="compact")
+    train, evl = env.tasks("train"), env.tasks("eval")
+    assert len(train) == 8 and len(evl) == 4
+    assert all(t.metadata["involved_classes"] == ["TradingBot"] for t in train + evl)
+    assert [t.metadata["task_type"] for t in evl] == list(data.CATEGORIES)
+    full = make_env("bfcl").reset(evl[0], 0)[1]["instruction"]
+    assert len(env.reset(evl[0], 0)[1]["instruction"]) < 0.75 * len(full)
