@@ -1,5 +1,6 @@
 """The training loop on a tiny random model: update direction, exact resume, advantages bridge."""
 
+import importlib.util
 import json
 import random
 
@@ -123,6 +124,11 @@ def test_agent_in_world_run_writes_memory_and_restores_sampler(tmp_path):
     extra = ["aiw.enabled=true", "aiw.analyst=rule", "aiw.retriever=bm25", "eval.at_start=false"]
     first = _run(tmp_path, "aiw", 2, extra)
     assert (tmp_path / "aiw" / "failure_memory.sqlite").exists()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "aiw" / "failure_modes.png").exists()  # Role-Agent Figure 4
+    records = [json.loads(line) for line in (tmp_path / "aiw" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "iteration" in r]
+    assert all("aiw/sampler_entropy" in r and "aiw/retrieved_share" in r for r in train)
     resumed = Trainer(load_config(None, TINY + [f"run_dir={tmp_path / 'aiw'}", "iterations=2", *extra]), quiet=True)
     try:
         assert resumed.aiw.state_dict() == first.aiw.state_dict()

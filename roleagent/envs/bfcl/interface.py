@@ -29,6 +29,7 @@ import re
 from collections import deque
 from typing import Any, Iterable
 
+from roleagent.algos.seal import tag_statistics
 from roleagent.envs.bfcl.executor import CallRecord
 
 _ENUM_RE = re.compile(r"\[Enum\]:\s*(\[[^\]]*\]|[^.\"\]]+)")
@@ -92,15 +93,8 @@ class FailureProfile:
         return len(self._items)
 
     def stats(self) -> dict[str, dict[str, float]]:
-        n = len(self._items)
-        out: dict[str, dict[str, float]] = {}
-        for tags, reward in self._items:
-            for tag in tags:
-                s = out.setdefault(tag, {"count": 0.0, "reward_sum": 0.0})
-                s["count"] += 1
-                s["reward_sum"] += reward
-        return {tag: {"count": s["count"], "prevalence": s["count"] / n,
-                      "reward_mean": s["reward_sum"] / s["count"]} for tag, s in out.items()}
+        """{tag: {"count", "prevalence", "reward_mean"}} over the window's trajectories."""
+        return tag_statistics([tags for tags, _ in self._items], [reward for _, reward in self._items])
 
     def select_guidelines(self, max_guidelines: int = MAX_GUIDELINES, *,
                           min_count: int = MIN_COUNT, min_prevalence: float = MIN_PREVALENCE,
