@@ -183,10 +183,10 @@ class EnvPool:
         """Reset slot ``i`` to ``(task, seed)`` for each assignment; all in parallel."""
         replies = self._call_many("reset", [(slot, (task, seed)) for slot, task, seed in assignments])
         out = []
-        for (slot, task, _), (status, value) in zip(assignments, replies):
+        for (slot, task, seed), (status, value) in zip(assignments, replies):
             if status != "ok":
                 # A reset that fails twice is a broken task or env: surface it loudly.
-                retry = self._call_many("reset", [(slot, (task, assignments[0][2]))])[0]
+                retry = self._call_many("reset", [(slot, (task, seed))])[0]
                 if retry[0] != "ok":
                     raise RuntimeError(f"reset of {task.id} failed: {value}")
                 value = retry[1]
