@@ -124,10 +124,12 @@ class Trainer:
         return AgentInWorld(aiw_config(self.cfg), [t.id for t in self.train_tasks],
                             self.run_dir, self.pool.meta.failure_taxonomy)
 
-    def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int = 256) -> list[str]:
-        """Greedy batched chat completion with the policy (the analyst and retriever roles)."""
+    def chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 256,
+             temperature: float = 0.0) -> list[str]:
+        """Batched chat completion with the policy (the analyst and retriever roles)."""
         prompts = [self.engine.encode_chat(c) for c in conversations]
-        return [g.text for g in self.engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))]
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
+        return [g.text for g in self.engine.generate(prompts, params)]
 
     def sample_tasks(self) -> list[Task]:
         n = self.cfg.rollout.tasks_per_iter
@@ -190,8 +192,12 @@ class Trainer:
         aiw_metrics, aiw_s = {}, 0.0
         if self.aiw is not None:
             t0 = time.perf_counter()
+            aiw_cfg = self.aiw.config
             aiw_metrics = self.aiw.process_failures(
-                trajectories, iteration=iteration, generate=self.chat, diagnose=self.pool.diagnose)
+                trajectories, iteration=iteration, diagnose=self.pool.diagnose,
+                generate=lambda c: self.chat(c, max_new_tokens=aiw_cfg.analysis_max_new_tokens,
+                                             temperature=aiw_cfg.reflection_temperature),
+                retrieval_generate=lambda c: self.chat(c, max_new_tokens=aiw_cfg.retrieval_max_new_tokens))
             aiw_metrics = {f"aiw/{k}": v for k, v in aiw_metrics.items()}
             aiw_s = time.perf_counter() - t0
         hook_metrics = {}
