@@ -22,8 +22,6 @@ import math
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from roleagent.algos import prediction_score_matrix
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.envs.workers import EnvPool
@@ -212,8 +210,6 @@ def score_predictions(trajectory: Trajectory, horizon: int) -> None:
         return
     future = [s.observation for s in steps[1:]] + [trajectory.final_observation]
     predictions = [s.predictions if s.predictions else [None] * horizon for s in steps]
-    matrix = prediction_score_matrix(predictions, future)  # (T, H)
-    if matrix.shape[1] < horizon:
-        matrix = np.pad(matrix, ((0, 0), (0, horizon - matrix.shape[1])), constant_values=math.nan)
+    matrix = prediction_score_matrix(predictions, future, horizon=horizon)  # (T, H)
     for step, row in zip(steps, matrix):
         step.prediction_scores = [float(x) for x in row] if step.predictions else [math.nan] * horizon
