@@ -44,26 +44,17 @@ def success_rates(records: Iterable[Any]) -> dict[str, tuple[float | None, int]]
     return out
 
 
-def alfworld_table(results: Mapping[str, Iterable[Any]], title: str | None = None,
-                   show_counts: bool = False) -> str:
+def alfworld_table(results: Mapping[str, Iterable[Any]], title: str | None = None) -> str:
     """Text table, one row per panel (e.g. "valid_seen", "valid_unseen", or a method name).
 
     ``results`` maps a row name to its episodes: Trajectory objects, ``to_json()`` dicts,
-    ``{"task_type": ..., "success": ...}`` records or ``(task_type, success)`` pairs.
+    ``{"task_type": ..., "success": ...}`` records or ``(task_type, success)`` pairs. Task
+    types without episodes print "-". The layout is :func:`roleagent.evaluation.format_table`'s.
     """
-    columns = [TABLE_COLUMNS[tt] for tt in TASK_TYPES] + ["All"]
-    rows = {name: success_rates(list(records)) for name, records in results.items()}
-    width = max([len("panel")] + [len(n) for n in rows])
-    cell_width = 12 if show_counts else 8
-    lines = [title] if title else []
-    lines.append("panel".ljust(width) + "".join(c.rjust(cell_width) for c in columns))
-    for name, rates in rows.items():
-        cells = []
-        for c in columns:
-            value, n = rates[c]
-            cell = "-" if value is None else f"{value:.1f}"
-            if show_counts and value is not None:
-                cell = f"{cell} ({n})"
-            cells.append(cell.rjust(cell_width))
-        lines.append(name.ljust(width) + "".join(cells))
-    return "\n".join(lines)
+    from roleagent.evaluation import format_table
+
+    rows = {name: {column: value for column, (value, _n) in success_rates(list(records)).items()
+                   if value is not None}
+            for name, records in results.items()}
+    table = format_table(rows, columns=[TABLE_COLUMNS[tt] for tt in TASK_TYPES] + ["All"], title="panel")
+    return f"{title}\n{table}" if title else table
