@@ -317,9 +317,9 @@ def validate_seal(cfg: TrainConfig) -> None:
     """SEAL needs turn-level diagnosis labels; interface evolution is train-only.
 
     With ``seal.interface_evolution`` the environment is built with
-    ``interface=evolved`` (filled in here when the recipe leaves it out); the env
-    applies it to ``train``-split tasks only, so evaluation on ``env.eval_split`` sees
-    the plain benchmark interface.
+    ``interface=evolved``, otherwise ``plain`` (filled in here when the recipe leaves it
+    out); the env applies it to ``train``-split tasks only, so evaluation on
+    ``env.eval_split`` sees the plain benchmark interface.
     """
     s, kwargs = cfg.seal, cfg.env.kwargs
     try:
@@ -355,6 +355,8 @@ def validate_seal(cfg: TrainConfig) -> None:
     elif interface == "evolved":
         raise ConfigError("env.kwargs.interface=evolved without seal.interface_evolution would freeze the "
                           "failure profile (no guidelines ever): set seal.interface_evolution=true or interface=plain")
+    else:
+        kwargs["interface"] = "plain"
 
 
 def aiw_config(cfg: TrainConfig):
