@@ -93,7 +93,10 @@ def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads:
 
 
 def mean_std(values: list[float]) -> str:
-    return f"{np.mean(values):5.1f} ± {np.std(values):4.1f}" if values else "-"
+    """Mean ± sample standard deviation (ddof=1) over seeds."""
+    if not values:
+        return "-"
+    return f"{np.mean(values):5.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:4.1f}"
 
 
 def main() -> None:
