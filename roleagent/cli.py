@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from roleagent.config import ConfigError, explain, load_config
+from roleagent.config import ConfigError, explain, load_config, validate
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -50,6 +50,9 @@ def _eval(args: argparse.Namespace) -> int:
         cfg.env.eval_split = args.split
     if args.max_tasks is not None:
         cfg.eval.max_tasks = args.max_tasks
+    if args.workers < 1:
+        raise ConfigError(f"--workers={args.workers}: must be >= 1")
+    validate(cfg)  # --split and --max-tasks are config fields too
 
     if args.policy == "expert":
         from roleagent.envs.workers import EnvPool
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
+        print(f"config error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
         return 2
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last checkpoint", file=sys.stderr)

@@ -220,7 +220,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or type(error).__name__
+            raise ConfigError(f"{key.strip()}: value {raw!r} is not valid YAML ({problem})") from None
         if isinstance(value, str) and _FLOAT.fullmatch(value):  # YAML 1.1 reads 1e-4 as a string
             value = float(value)
         node = data
@@ -238,6 +242,16 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     data = apply_overrides(data, list(overrides or []))
     cfg = from_dict(TrainConfig, data)
     validate(cfg)
+    resolve(cfg)
+    return cfg
+
+
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """Fill in what a valid config leaves implied (after :func:`validate`, which never
+    changes the config): SEAL's ``env.kwargs.interface`` follows
+    ``seal.interface_evolution``."""
+    if cfg.seal.enabled and "interface" not in cfg.env.kwargs:
+        cfg.env.kwargs["interface"] = "evolved" if cfg.seal.interface_evolution else "plain"
     return cfg
 
 
@@ -250,10 +264,17 @@ def read_recipe(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+        where = getattr(error, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise ConfigError(f"{path}: not valid YAML{line}: {problem}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read the recipe: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe is a mapping of config keys")
     base = data.pop("base", None)
+    if base is not None and not isinstance(base, str):
+        raise ConfigError(f"{path}: base must be a recipe name or path, got {base!r}")
     return _merge(read_recipe(base, (*_seen, path)), data) if base else data
 
 
@@ -278,20 +299,18 @@ def resolve_recipe(path: str | Path) -> Path:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Consistency checks that would otherwise fail hours into a run."""
+    """Consistency checks that would otherwise fail hours into a run (or silently change
+    it): every field's range or choices (:mod:`roleagent.config_rules`), the model path,
+    the environment, then cross-field checks. Never changes ``cfg``; raises a one-line
+    :class:`ConfigError` naming the key."""
+    from roleagent.config_rules import check_env, check_fields, check_model_name
+
+    check_fields(cfg)
+    check_model_name(cfg.model.name)
+    check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
-    if cfg.algo.name not in ALGORITHMS:
-        raise ConfigError(f"algo.name must be one of {ALGORITHMS}, got {cfg.algo.name!r}")
-    if cfg.algo.norm not in ("mean_std_norm", "mean_norm"):
-        raise ConfigError(f"algo.norm must be mean_std_norm or mean_norm, got {cfg.algo.norm!r}")
-    if r.action_format not in ("think_action", "action", "raw"):
-        raise ConfigError(f"rollout.action_format must be think_action, action or raw, got {r.action_format!r}")
-    if r.tasks_per_iter < 1 or r.group_size < 1:
-        raise ConfigError("rollout.tasks_per_iter and rollout.group_size must be >= 1")
-    if cfg.algo.name in ("grpo", "rloo", "gigpo", "role_agent") and r.group_size < 2:
+    if r.group_size < 2:
         raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")
-    if o.mini_batches < 1 or o.epochs < 1:
-        raise ConfigError("optim.mini_batches and optim.epochs must be >= 1")
     episodes = r.tasks_per_iter * r.group_size
     if o.mini_batches > episodes:
         raise ConfigError(
@@ -299,16 +318,9 @@ def validate(cfg: TrainConfig) -> None:
             f"(rollout.tasks_per_iter * rollout.group_size)")
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
-    if not 0 <= o.clip_low < 1 or o.clip_high < 0:
-        raise ConfigError("optim.clip_low must be in [0, 1) and optim.clip_high >= 0")
-    if o.dual_clip is not None and o.dual_clip <= 1:
-        raise ConfigError("optim.dual_clip must be > 1 (3.0 is standard) or null")
     if cfg.wia.enabled and cfg.algo.name != "role_agent":
         raise ConfigError("wia.enabled needs algo.name=role_agent (set wia.enabled=false for other algorithms)")
-    if cfg.aiw.enabled:
-        aiw_config(cfg)  # raises ConfigError on unknown or inconsistent options
-    if cfg.iterations < 0 or cfg.checkpoint_every < 1:
-        raise ConfigError("iterations must be >= 0 and checkpoint_every >= 1")
+    aiw_config(cfg)  # raises ConfigError on unknown or inconsistent options (also when off)
     if cfg.seal.enabled:  # SEAL
         validate_seal(cfg)
 
@@ -317,8 +329,8 @@ def validate_seal(cfg: TrainConfig) -> None:
     """SEAL needs turn-level diagnosis labels; interface evolution is train-only.
 
     With ``seal.interface_evolution`` the environment is built with
-    ``interface=evolved``, otherwise ``plain`` (filled in here when the recipe leaves it
-    out); the env applies it to ``train``-split tasks only, so evaluation on
+    ``interface=evolved``, otherwise ``plain`` (filled in by :func:`resolve` when the
+    recipe leaves it out); the env applies it to ``train``-split tasks only, so evaluation on
     ``env.eval_split`` sees the plain benchmark interface.
     """
     s, kwargs = cfg.seal, cfg.env.kwargs
@@ -348,15 +360,14 @@ def validate_seal(cfg: TrainConfig) -> None:
         if interface not in (None, "evolved"):
             raise ConfigError(f"seal.interface_evolution=true trains on env.kwargs.interface=evolved, got "
                               f"{interface!r} (drop it, or set seal.interface_evolution=false)")
-        kwargs["interface"] = "evolved"
         if cfg.env.eval_split == cfg.env.train_split:
             raise ConfigError("seal.interface_evolution changes train-split prompts: env.eval_split must differ "
                               "from env.train_split so evaluation sees the plain interface")
     elif interface == "evolved":
         raise ConfigError("env.kwargs.interface=evolved without seal.interface_evolution would freeze the "
                           "failure profile (no guidelines ever): set seal.interface_evolution=true or interface=plain")
-    else:
-        kwargs["interface"] = "plain"
+    elif interface not in (None, "plain"):
+        raise ConfigError(f"env.kwargs.interface={interface!r}: expected plain or evolved")
 
 
 def aiw_config(cfg: TrainConfig):
@@ -371,7 +382,9 @@ def aiw_config(cfg: TrainConfig):
 
 
 def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:
-    """``key (type, default): help`` lines for every field, recursively."""
+    """``key = default: help (must be ...)`` lines for every field, recursively."""
+    from roleagent.config_rules import FIELD_RULES
+
     lines = []
     for f in dataclasses.fields(cls):
         key = prefix + f.name
@@ -380,5 +393,6 @@ def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:
             lines.extend(explain(hint, key + "."))
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}")
+        rule = f" (must be {FIELD_RULES[key][1]})" if key in FIELD_RULES else ""
+        lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}{rule}")
     return lines

@@ -42,9 +42,9 @@ def test_overrides_parse_yaml_values():
 @pytest.mark.parametrize("override,message", [
     (["optim.mini_batches=100"], "exceeds the 16 episodes"),
     (["rollout.group_size=1"], "group_size must be >= 2"),
-    (["algo.name=ppo2"], "algo.name must be one of"),
+    (["algo.name=ppo2"], "algo.name='ppo2': must be one of"),
     (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
-    (["optim.dual_clip=0.5"], "dual_clip must be > 1"),
+    (["optim.dual_clip=0.5"], "optim.dual_clip=0.5: must be > 1"),
     (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),
 ])
 def test_inconsistent_batches_fail_before_any_work(override, message):

@@ -122,13 +122,32 @@ def map_to_taxonomy(raw: str, taxonomy: Sequence[str]) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- parsing ----------
 
+# Linear time on any input (model output is adversarial): the key is found by a
+# look-behind instead of consuming the spaces/quotes before it, and everything between
+# the key and its ``:``/``=`` is one character class, so no two quantifiers compete for
+# the same characters (the previous pattern had four ``\s*`` in a row and backtracked
+# exponentially on a key followed by a long run of spaces).
 _KEY_RE = re.compile(
-    r"""(?:^|(?<=[\s{,"'*#>\-]))["']?\s*"""
+    r"""(?:^|(?<=[\s{,"'*#>\-]))"""
     r"(DOMINANT[\s_\-]*TYPE|DETAIL|CRITICAL[\s_\-]*STEP|CORE[\s_\-]*LESSON"
     r"|RETRIEVAL[\s_\-]*QUERY)"
-    r"""\s*[*_]{0,2}\s*["']?\s*[*_]{0,2}\s*[:=]""",
+    r"""[\s*_"']*[:=]""",
     re.IGNORECASE,
 )
+#: A number with more significant digits than this is no step or candidate number
+#: (and ``int()`` refuses strings of more than 4,300 digits).
+MAX_NUMBER_DIGITS = 9
+
+
+def parse_small_int(digits: str) -> int | None:
+    """``int`` of a run of decimal digits, or None when it has more than
+    :data:`MAX_NUMBER_DIGITS` significant digits.
+
+    >>> parse_small_int("007"), parse_small_int("9" * 5000)
+    (7, None)
+    """
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= MAX_NUMBER_DIGITS else None
 
 
 def _clean_value(value: str) -> str:
@@ -176,9 +195,10 @@ def _reflection_block(text: str) -> str:
 
 
 def parse_step_number(value: str) -> int | None:
-    """First integer of a CRITICAL_STEP value (``"Step 3, agent ..."`` → 3)."""
+    """First integer of a CRITICAL_STEP value (``"Step 3, agent ..."`` → 3); None when
+    there is none or it is absurdly long (see :func:`parse_small_int`)."""
     m = re.search(r"\d+", value or "")
-    return int(m.group()) if m else None
+    return parse_small_int(m.group()) if m else None
 
 
 def parse_reflection(text: str, taxonomy: Sequence[str], source: str = "llm"

@@ -38,7 +38,7 @@ import numpy as np
 
 from roleagent.aiw.memory import FailureMemory, FailureRecord
 from roleagent.aiw.prompts import Messages, retrieval_messages
-from roleagent.aiw.reflection import Reflection
+from roleagent.aiw.reflection import Reflection, parse_small_int
 
 RETRIEVERS = ("policy", "llm", "bm25", "embedding")
 PREFILTERS = ("hybrid", "bm25", "type")
@@ -161,12 +161,28 @@ class MiniLMEmbedder:
 
 # -------------------------------------------------------------- selection ----------
 
+# Every pattern below runs in linear time on any input: no two quantifiers can match the
+# same characters. (A bracket list used to be one pattern whose separator
+# ``\s*(?:,|and|;|\s)\s*`` let three quantifiers share a run of spaces, doubling the
+# work per number.) A bracket's content is found first, then split into numbers.
 _BLOCK_RE = re.compile(r"<\s*selected_tasks\s*>(.*?)(?:<\s*/\s*selected_tasks\s*>|$)",
                        re.IGNORECASE | re.DOTALL)
 _INDEX_RE = re.compile(r"\bINDEX(?:\s*/\s*TASK\s*/\s*REFLECTIONS?)?\b\W{0,6}?(\d+)",
                        re.IGNORECASE)
-_BRACKET_RE = re.compile(r"\[\s*(\d+(?:\s*(?:,|and|;|\s)\s*\d+)*)\s*\]", re.IGNORECASE)
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+_LIST_SEP_RE = re.compile(r"\s*(?:,|;|and)\s*|\s+", re.IGNORECASE)
 _INT_RE = re.compile(r"\b(\d+)\b")
+
+
+def _bracket_numbers(scope: str) -> list[str]:
+    """Numbers of every bracket that holds only a list of numbers (``[4]``, ``[1, 3]``,
+    ``[2 and 5]``, ``[1;2]``, ``[1 2]``)."""
+    out: list[str] = []
+    for group in _BRACKET_RE.findall(scope):
+        parts = _LIST_SEP_RE.split(group.strip())
+        if all(p.isdecimal() for p in parts):  # "" (empty item) is not decimal
+            out.extend(parts)
+    return out
 
 
 def parse_selection(text: str, n_candidates: int, limit: int | None = None
@@ -178,22 +194,19 @@ def parse_selection(text: str, n_candidates: int, limit: int | None = None
     ``<selected_tasks>`` block when there is one: ``INDEX ...: 4`` lines (Figure 9's
     format, also ``INDEX 17:`` / ``INDEX/TASK/REFLECTIONS: [4] ...``), then bracketed
     numbers (``[4] "TASK" ...``, ``[1, 3]``), then any bare integers (``1,3``,
-    ``Indices: 2 and 5``). Out-of-range numbers and repeats are dropped; at most
-    ``limit`` indices are kept. An empty result (no number, only out-of-range ones, or an
-    empty block) is None: the caller falls back to the pre-filter's top-k.
+    ``Indices: 2 and 5``). Out-of-range numbers (including absurdly long digit runs) and
+    repeats are dropped; at most ``limit`` indices are kept. An empty result (no number,
+    only out-of-range ones, or an empty block) is None: the caller falls back to the
+    pre-filter's top-k. Linear time in ``len(text)``.
     """
     text = text or ""
     m = _BLOCK_RE.search(text)
     scope = m.group(1) if m else text
-    numbers = [int(x) for x in _INDEX_RE.findall(scope)]
-    if not numbers:
-        for group in _BRACKET_RE.findall(scope):
-            numbers.extend(int(x) for x in re.findall(r"\d+", group))
-    if not numbers:
-        numbers = [int(x) for x in _INT_RE.findall(scope)]
+    numbers = _INDEX_RE.findall(scope) or _bracket_numbers(scope) or _INT_RE.findall(scope)
     out: list[int] = []
-    for num in numbers:
-        idx = num - 1
+    for digits in numbers:
+        num = parse_small_int(digits)
+        idx = -1 if num is None else num - 1
         if 0 <= idx < n_candidates and idx not in out:
             out.append(idx)
     if limit is not None:

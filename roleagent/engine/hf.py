@@ -16,6 +16,7 @@ engine decodes greedily and reports log-probs at T = 1.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 
 import torch
@@ -64,11 +65,12 @@ class HFEngine:
     def encode_chat(self, messages: list[dict[str, str]], *, response_prefix: str = "") -> list[int]:
         """Chat-template ids ending with the assistant header (plus an optional prefix).
 
-        Prompts longer than ``max_prompt_tokens`` keep their last tokens; callers build
-        bounded prompts, so this only guards against runaway observations.
+        Message contents stay text: a ``<|im_end|>`` inside an observation is encoded as
+        the characters, not the special token (see :func:`encode_chat`). Prompts longer
+        than ``max_prompt_tokens`` keep their last tokens; callers build bounded prompts,
+        so this only guards against runaway observations.
         """
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = self.tokenizer(text + response_prefix, add_special_tokens=False)["input_ids"]
+        ids = encode_chat(self.tokenizer, messages, response_prefix=response_prefix)
         return ids[-self.max_prompt_tokens:]
 
     # ------------------------------------------------------------- generation --------
@@ -180,3 +182,91 @@ def _select_cache_rows(cache, index: torch.Tensor) -> None:
         return
     for layer in cache.layers:
         layer.batch_select_indices(index)
+
+
+# ------------------------------------------------------------------ chat encoding ------
+
+_MARK = "\ue000{}\ue001"  # private-use characters: a placeholder for message i's content
+_MARK_RE = re.compile("\ue000(\\d+)\ue001")
+_BREAK = "\u200b"  # zero-width space: the fallback's way to keep a special string text
+
+
+def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -> list[int]:
+    """Token ids of a chat prompt in which only the chat template makes special tokens.
+
+    Tokenising the rendered template as one string would turn a ``<|im_end|>`` written in
+    an observation, instruction or tool result into the real end-of-turn token, so
+    environment text could close the user's turn and open one of its own. Here the
+    template is rendered once more with a placeholder for every message content; the
+    special tokens of that skeleton (and of ``response_prefix``, which is ours) are the
+    only ones kept special, and the text between them is tokenised with
+    ``split_special_tokens=True``. A tokenizer splits its input at special tokens before
+    anything else, so a prompt without special-token strings in its contents gets exactly
+    the ids that plain tokenisation gives.
+
+    When the template rewrites contents (the skeleton with the contents put back differs
+    from the real rendering), special-token strings in contents are broken with a
+    zero-width space instead, and the result is tokenised as usual.
+    """
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    spans = _content_spans(tokenizer, messages, text)
+    if spans is None:
+        messages = [_break_specials(tokenizer, m) for m in messages]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        spans = []
+    text += response_prefix
+    specials = _special_tokens_re(tokenizer)
+    ids: list[int] = []
+    start = 0
+    for match in specials.finditer(text) if specials else ():
+        if any(a < match.end() and match.start() < b for a, b in spans):
+            continue  # (partly) inside a message content: stays text
+        ids += _encode_text(tokenizer, text[start:match.start()])
+        ids.append(tokenizer.convert_tokens_to_ids(match.group()))
+        start = match.end()
+    return ids + _encode_text(tokenizer, text[start:])
+
+
+def _encode_text(tokenizer, text: str) -> list[int]:
+    if not text:
+        return []
+    return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def _special_tokens_re(tokenizer) -> re.Pattern[str] | None:
+    """Every special token string of ``tokenizer``, longest first."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    strings = {t.content for t in decoder.values() if getattr(t, "special", False)}
+    strings |= set(getattr(tokenizer, "all_special_tokens", ()))
+    strings.discard("")
+    if not strings:
+        return None
+    return re.compile("|".join(re.escape(s) for s in sorted(strings, key=len, reverse=True)))
+
+
+def _content_spans(tokenizer, messages: list[dict], text: str) -> list[tuple[int, int]] | None:
+    """Character spans of the message contents in ``text`` (the rendered prompt), or None
+    when the template does not copy contents verbatim."""
+    marked = [{**m, "content": _MARK.format(i)} if isinstance(m.get("content"), str) else m
+              for i, m in enumerate(messages)]
+    skeleton = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
+    parts = _MARK_RE.split(skeleton)  # template, index, template, index, ..., template
+    spans, rebuilt, pos = [], [], 0
+    for j, part in enumerate(parts):
+        if j % 2:
+            index = int(part)
+            if index >= len(messages):
+                return None
+            part = messages[index]["content"]
+            spans.append((pos, pos + len(part)))
+        rebuilt.append(part)
+        pos += len(part)
+    return spans if "".join(rebuilt) == text else None
+
+
+def _break_specials(tokenizer, message: dict) -> dict:
+    content = message.get("content")
+    specials = _special_tokens_re(tokenizer)
+    if not isinstance(content, str) or specials is None:
+        return message
+    return {**message, "content": specials.sub(lambda m: m.group()[0] + _BREAK + m.group()[1:], content)}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+ACTION_TAG_RE = re.compile(r"<(/?)action>", re.IGNORECASE)
 
 SYSTEM_PROMPT = "You are an agent acting in a text environment. Reach the goal in as few steps as possible."
 
@@ -80,7 +80,7 @@ def parse_action(text: str, action_format: str) -> ParsedAction:
         lines = text.split("</action>")[0].strip().splitlines()
         candidate = lines[0] if lines else ""
     elif action_format == "think_action":
-        matches = ACTION_RE.findall(text)
+        matches = action_blocks(text)
         if len(matches) != 1:
             return ParsedAction(None, False)
         candidate = matches[0]
@@ -88,6 +88,26 @@ def parse_action(text: str, action_format: str) -> ParsedAction:
         raise ValueError(f"unknown action format {action_format!r}")
     action = " ".join(candidate.split()).rstrip(".")  # a sentence-final period is not part of a command
     return ParsedAction(action or None, bool(action))
+
+
+def action_blocks(text: str) -> list[str]:
+    """The contents of the ``<action>…</action>`` blocks, in one linear pass.
+
+    Same result as ``re.findall(r"<action>(.*?)</action>", text, re.I | re.S)`` (an
+    opening tag inside an open block is content), which is quadratic on output that
+    repeats ``<action>`` without closing it: each opening tag rescanned the rest.
+
+    >>> action_blocks("<action>a<action>b</action> </action><action>c</action><action>d")
+    ['a<action>b', 'c']
+    """
+    blocks, start = [], None
+    for tag in ACTION_TAG_RE.finditer(text):
+        if start is None and not tag.group(1):
+            start = tag.end()
+        elif start is not None and tag.group(1):
+            blocks.append(text[start:tag.start()])
+            start = None
+    return blocks
 
 
 def _clip(text: str, limit: int) -> str:

@@ -145,7 +145,13 @@ def entity_type(name: str | None) -> str:
     """"apple 1" -> "apple"; "sinkbasin 2" -> "sinkbasin"."""
     if not name:
         return ""
-    return re.sub(r"\s*\d+$", "", name.strip().lower())
+    text = name.strip().lower()
+    # Strip a trailing number in linear time (re.sub(r"\s*\d+$", ...) rescans every
+    # suffix of a long digit run in a model-written name: quadratic).
+    end = len(text)
+    while end and text[end - 1].isdecimal():
+        end -= 1
+    return text if end == len(text) else text[:end].rstrip()
 
 
 _OPEN = re.compile(r"The (?P<r>[\w ]+?) is open\. In it, you see (?P<items>[^.]*)\.")

