@@ -127,8 +127,9 @@ class AIWConfig:
 class SEALConfig:
     enabled: bool = _f(False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below")
     reweight: bool = _f(True, "multiply each trajectory's group-normalised advantage by w = clip(mean rho(turn labels), w_min, w_max)")
-    closed_loop: bool = _f(True, "move the utilities rho toward the failure profile after each iteration (EMA; needs reweight)")
-    interface_evolution: bool = _f(True, "train on the evolved interface (env.kwargs.interface=evolved, train split only) whose guidelines follow the failure profile; evaluation stays plain")
+    utility_ema: bool = _f(True, "the authors' code's closed loop (apatch.dynamic): move the utilities rho toward the failure profile after each iteration (EMA; pass stays fixed; needs reweight). The paper's text keeps rho fixed")
+    interface_evolution: bool = _f(True, "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, recovery hints, profile guidelines); evaluation stays plain")
+    interface_updates: bool = _f(True, "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's guidelines follow the policy's failures; false keeps the interface of iteration 0 (no guidelines). Needs interface_evolution")
     utilities: dict = _f({}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)")
     w_min: float = _f(0.5, "lower clip of the trajectory weight")
     w_max: float = _f(2.0, "upper clip of the trajectory weight")
@@ -336,9 +337,12 @@ def validate_seal(cfg: TrainConfig) -> None:
     if not labelled:
         raise ConfigError(f"seal.enabled needs an environment whose diagnose() returns turn labels "
                           f"(env.name=bfcl), got env.name={cfg.env.name!r}")
-    if s.closed_loop and not s.reweight:
-        raise ConfigError("seal.closed_loop adapts the reweighting utilities: it needs seal.reweight=true "
-                          "(set seal.closed_loop=false for the w/o-reweighting ablation)")
+    if s.utility_ema and not s.reweight:
+        raise ConfigError("seal.utility_ema adapts the reweighting utilities: it needs seal.reweight=true "
+                          "(set seal.utility_ema=false for the w/o-reweighting ablation)")
+    if s.interface_updates and not s.interface_evolution:
+        raise ConfigError("seal.interface_updates updates the evolved interface: it needs "
+                          "seal.interface_evolution=true (set seal.interface_updates=false for the plain interface)")
     if not 0 < s.w_min <= 1 <= s.w_max:
         raise ConfigError("seal.w_min must be in (0, 1] and seal.w_max >= 1 (weights stay positive)")
     if any(not isinstance(v, (int, float)) or v <= 0 for v in s.utilities.values()):
