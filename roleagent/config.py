@@ -122,7 +122,7 @@ class AIWConfig:
     options: dict = _f({}, "further roleagent.aiw.AIWConfig fields (boost, decay, floor, cap, ...)")
 
 
-# --- SEAL (seed 002; roleagent.trainer.seal.SealHook) -------------------------------
+# --- SEAL (Hu et al., 2026; roleagent.trainer.seal.SealHook) ------------------------
 @dataclass
 class SEALConfig:
     enabled: bool = _f(False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below")
@@ -133,12 +133,12 @@ class SEALConfig:
     utilities: dict = _f({}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)")
     w_min: float = _f(0.5, "lower clip of the trajectory weight")
     w_max: float = _f(2.0, "upper clip of the trajectory weight")
-    beta: float = _f(0.25, "closed loop: EMA step toward the target utility")
-    alpha: float = _f(1.0, "closed loop: prevalence coefficient of the target")
-    confidence_samples: int = _f(32, "closed loop: trajectories carrying a tag before its target moves fully")
-    window: int = _f(512, "closed loop: trajectories in the sliding statistics window")
+    beta: float = _f(0.25, "utility EMA: EMA step toward the target utility")
+    alpha: float = _f(1.0, "utility EMA: prevalence coefficient of the target")
+    confidence_samples: int = _f(32, "utility EMA: trajectories carrying a tag before its target moves fully")
+    window: int = _f(512, "utility EMA: trajectories in the sliding statistics window")
     profile_window: int = _f(512, "interface evolution: trajectories in the failure profile's window")
-    diagnose_unfinished: bool = _f(True, "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them; false gives them weight 1")
+    diagnose_unfinished: bool = _f(True, "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them, on the env workers under env.timeout; false, or a replay that fails, gives them weight 1")
 # --- end SEAL ------------------------------------------------------------------------
 
 
