@@ -37,6 +37,8 @@ CASES = {
     "spurious": (_ev(gt=(), steps=GOOD), "spurious_tool_call", "invalid_tool_call"),
     "empty_turn": (_ev(steps=(), state_equal=False), "empty_turn_model_response", "missing_tool_call"),
     "unreached": (_ev(steps=(), reached=False), "empty_turn_model_response", "missing_tool_call"),
+    # the authors pad unreached turns with no calls: an empty ground truth is then abstention
+    "unreached_empty_gt": (_ev(gt=(), steps=(), reached=False), "correct_abstention", "pass"),
     "only_parse_errors": (_ev(steps=[[_call(None, "parse_error")]], state_equal=False),
                           "empty_turn_model_response", "invalid_tool_call"),
     "state_here_args": (_ev(steps=[[_call("cd", folder="b")]], state_equal=False),
@@ -45,8 +47,11 @@ CASES = {
                                state_equal=False), "state_mismatch", "invalid_tool_call"),
     "state_here_other_tool": (_ev(steps=[[_call("mkdir", dir_name="a")]], state_equal=False),
                               "state_mismatch", "state_mismatch"),
+    # the authors' classifier runs state_checker on the cumulative state: a divergence
+    # carried over from an earlier turn is state_mismatch (their instance_mismatch is a
+    # different backend-instance set, which cannot occur here)
     "state_inherited": (_ev(steps=GOOD, state_equal=False, state_equal_before=False),
-                        "instance_mismatch", "state_mismatch"),
+                        "state_mismatch", "state_mismatch"),
     "response": (_ev(gt=(("cd", {"folder": "a"}), ("cat", {"file_name": "f"})),
                      steps=[[_call("cd", folder="a"), _call("cat", file_name="f")]],
                      response_ok=False), "response_mismatch", "response_mismatch"),
@@ -71,7 +76,8 @@ def test_hand_built_labels(name):
 def test_every_label_is_covered():
     codes = {c for _, c, _ in CASES.values()}
     prios = {p for _, _, p in CASES.values()}
-    assert set(CODE_LABELS) <= codes and {"checker_error", "gt_error"} <= codes
+    assert set(CODE_LABELS) - {"instance_mismatch"} <= codes and {"checker_error", "gt_error"} <= codes
+    assert "instance_mismatch" not in codes  # never emitted: see the diagnosis docstring
     assert set(PRIORITY_LABELS) | {"pass"} <= prios
 
 
@@ -149,7 +155,7 @@ def test_real_trace_labels_and_replay_agree():
     traj, r = _play(env, task, policy)
     d = env.diagnose(traj)
     assert d == r.info["diagnosis"]
-    assert d["turn_labels"] == ["pass", "state_mismatch", "instance_mismatch",
+    assert d["turn_labels"] == ["pass", "state_mismatch", "state_mismatch",
                                 "empty_turn_model_response"]
     assert d["priority_labels"] == ["pass", "argument_mismatch", "state_mismatch",
                                     "missing_tool_call"]
@@ -176,6 +182,23 @@ def test_real_trace_spurious_call_and_invalid_call():
     assert d["turn_labels"][empty] == "spurious_tool_call"
     assert d["priority_labels"][empty] == "invalid_tool_call"
     assert d["turn_labels"][0] == "pass"  # a recovered invalid call in a passing turn is pass
+
+
+def test_real_trace_unreached_turns_follow_the_authors_padding():
+    """An episode cut after its first user turn: unreached turns whose ground truth is
+    empty are correct_abstention, the others empty_turn_model_response."""
+    env = BFCLEnv()
+    task = next(t for t in env.tasks("eval") if t.metadata["category"] == "miss_param"
+                and not data.entry(t.payload["entry_id"])["ground_truth"][-1])
+    gt = data.entry(task.payload["entry_id"])["ground_truth"]
+    env.reset(task, seed=0)
+    step = Step(observation="", state_key="", prompt_ids=[], action_ids=[], action_logprobs=[],
+                action_text="I cannot help.", action="I cannot help.", valid=True)
+    d = env.diagnose(Trajectory(task=task, steps=[step]))
+    expected = ["empty_turn_model_response" if turn else "correct_abstention" for turn in gt]
+    if not gt[0]:
+        expected[0] = "correct_abstention"
+    assert len(gt) >= 2 and d["turn_labels"] == expected and d["success"] is False
 
 
 def test_real_trace_response_mismatch_and_recovery_failure():

@@ -73,8 +73,9 @@ def test_closed_loop_ema_window_and_state():
     w = cl.update(labels, rewards)
     # state_mismatch: count 32, prevalence 0.5, reward_mean 0 -> target 1.5; EMA from 1.0
     assert w["state_mismatch"] == pytest.approx(0.75 * 1.0 + 0.25 * 1.5)
-    # pass: count 64, prevalence 1, reward_mean 0.5 -> target 1.5
-    assert w["pass"] == pytest.approx(0.75 * 1.0 + 0.25 * 1.5)
+    # pass: target = base (authors' PASS_TAG branch), although count 64, prevalence 1,
+    # reward_mean 0.5 would give 1.5 by the formula
+    assert w["pass"] == 1.0
     # tags absent from the window decay toward their base (target = base)
     assert w["spurious_tool_call"] == pytest.approx(2.0)
     w2 = cl.update(labels, rewards)
@@ -102,3 +103,22 @@ def test_closed_loop_weights_stay_in_range():
         labels = [list(rng.choice(tags, size=3)) for _ in range(32)]
         cl.update(labels, rng.integers(0, 2, size=32).tolist())
         assert all(0.5 <= v <= 2.0 for v in cl.utilities().values())
+
+
+def test_pass_utility_never_moves():
+    """The worked example of the module docstring, then 21 batches in which every failing
+    trajectory also has passing turns: the formula would pull pass to
+    1·(1 + 1·(1 − 0.5)·1) = 1.5 and up-weight successes; the authors keep ρ_pass = base."""
+    cl = ClosedLoopWeights(window=64)
+    labels = [["state_mismatch", "pass"]] * 32 + [["pass"]] * 32
+    rewards = [0.0] * 32 + [1.0] * 32
+    w = cl.update(labels, rewards)
+    assert w["state_mismatch"] == pytest.approx(1.125) and w["pass"] == 1.0
+    for _ in range(20):
+        cl.update(labels, rewards)
+    assert cl.utilities()["pass"] == 1.0
+    assert cl.utilities()["state_mismatch"] == pytest.approx(1.5 - 0.5 * 0.75 ** 21)
+    # a successful all-pass trajectory keeps weight 1; a configured base is kept as is
+    np.testing.assert_allclose(cl.trajectory_weights([["pass", "pass"]]), [1.0])
+    custom = ClosedLoopWeights({**STATIC_UTILITIES, "pass": 0.8}, window=64)
+    assert custom.update(labels, rewards)["pass"] == 0.8

@@ -38,13 +38,13 @@ def test_weights_scale_advantages_without_flipping_signs_and_clip():
     ]
     batch = StepBatch.from_trajectories(trajectories)
     adv = compute_advantages(batch, load_config(None, ["algo.name=grpo", "wia.enabled=false"]).algo, wia=False)
-    hook = _hook(closed_loop=False)
+    hook = _hook(utility_ema=False)
     out = hook.adjust_advantages(batch, adv)
     w = np.array([2.0, 0.6, 0.95, 1.0])[batch.traj_ids]
     np.testing.assert_allclose(out, adv * w)
     assert np.all(np.sign(out) == np.sign(adv))
     # clip bounds: utilities far outside [0.5, 2] are clipped
-    extreme = _hook(closed_loop=False, utilities={"pass": 10.0, "state_mismatch": 0.01})
+    extreme = _hook(utility_ema=False, utilities={"pass": 10.0, "state_mismatch": 0.01})
     ws = extreme.trajectory_weights([_traj("b", [0], ["pass"]), _traj("b", [0], ["state_mismatch"]),
                                      _traj("b", [0], ["checker_error"]), _traj("b", [0], crashed=True)])
     np.testing.assert_allclose(ws, [2.0, 0.5, 1.0, 1.0])
@@ -53,7 +53,7 @@ def test_weights_scale_advantages_without_flipping_signs_and_clip():
 def test_reweight_off_keeps_advantages_and_still_reports():
     batch = StepBatch.from_trajectories([_traj("a", [1], ["pass"]), _traj("a", [0], ["spurious_tool_call"])])
     adv = np.array([0.7, -0.7])
-    hook = _hook(reweight=False, closed_loop=False)
+    hook = _hook(reweight=False, utility_ema=False)
     assert hook.adjust_advantages(batch, adv) is adv
     metrics = hook.after_iteration(batch.trajectories, iteration=0, pool=None)
     assert metrics["weight_max"] == 2.0 and metrics["label_pass"] == 0.5
@@ -103,7 +103,8 @@ def test_profile_push_reaches_process_workers():
     (["seal.enabled=true"], "turn labels"),  # default env is textcraft
     (["seal.enabled=true", "env.name=bfcl", "seal.reweight=false"], "needs seal.reweight"),
     (["seal.enabled=true", "env.name=bfcl", "env.kwargs={interface: plain}"], "interface_evolution"),
-    (["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false", "env.kwargs={interface: evolved}"],
+    (["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false", "seal.interface_updates=false",
+      "env.kwargs={interface: evolved}"],
      "freeze"),
     (["seal.enabled=true", "env.name=bfcl", "env.eval_split=train"], "plain interface"),
 ])
@@ -114,7 +115,7 @@ def test_seal_config_checks(override, message):
 
 def test_interface_evolution_sets_evolved_and_eval_stays_plain():
     cfg = load_config("seal_bfcl")
-    assert cfg.env.kwargs["interface"] == "evolved" and cfg.seal.closed_loop
+    assert cfg.env.kwargs["interface"] == "evolved" and cfg.seal.utility_ema and cfg.seal.interface_updates
     from roleagent.envs import make_env
 
     env = make_env("bfcl", **cfg.env.kwargs)
@@ -188,3 +189,67 @@ def test_cpu_sizing_kwargs_compact_schemas_and_subsets():
     assert [t.metadata["task_type"] for t in evl] == list(data.CATEGORIES)
     full = make_env("bfcl").reset(evl[0], 0)[1]["instruction"]
     assert len(env.reset(evl[0], 0)[1]["instruction"]) < 0.75 * len(full)
+
+
+# ----------------------------------------------------- closed-loop switches and recipes ------
+
+RECIPE_SWITCHES = {
+    # recipe: (reweight, utility_ema, interface_evolution, interface_updates)
+    "seal_bfcl": (True, True, True, True),
+    "seal_bfcl_paper": (True, False, True, True),              # the paper's text: rho fixed
+    "seal_bfcl_paper_no_closed_loop": (True, False, True, False),  # paper's w/o closed loop
+    "seal_bfcl_authors_no_closed_loop": (True, False, True, True),  # authors' dynamic.enable=false
+    "seal_bfcl_no_interface": (True, True, False, False),
+    "seal_bfcl_no_reweight": (False, False, True, True),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_SWITCHES))
+def test_recipes_resolve_to_their_closed_loop_switches(recipe):
+    s = load_config(recipe).seal
+    assert s.enabled and (s.reweight, s.utility_ema, s.interface_evolution, s.interface_updates) == \
+        RECIPE_SWITCHES[recipe]
+
+
+def test_interface_updates_needs_interface_evolution():
+    with pytest.raises(ConfigError, match="interface_updates"):
+        load_config(None, ["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false"])
+    with pytest.raises(ConfigError, match="unknown config key 'seal.closed_loop'"):
+        load_config(None, ["seal.enabled=true", "env.name=bfcl", "seal.closed_loop=false"])
+
+
+def _failing_batch(n=40):
+    diag = {"turn_labels": ["state_mismatch"], "priority_labels": ["argument_mismatch"],
+            "dominant_type": "argument_mismatch"}
+    out = [_traj("a", [0], ["state_mismatch"]) for _ in range(n)]
+    for t in out:
+        t.steps[-1].info["diagnosis"] = diag
+    return out
+
+
+@pytest.mark.parametrize("ema", [True, False])
+def test_utility_ema_switch_changes_the_next_batch_weights(ema):
+    hook = _hook(utility_ema=ema, interface_updates=False)
+    batch = StepBatch.from_trajectories(_failing_batch())
+    np.testing.assert_allclose(hook.adjust_advantages(batch, np.ones(len(batch))), 1.0)
+    metrics = hook.after_iteration(batch.trajectories, iteration=0, pool=None)
+    after = hook.adjust_advantages(batch, np.ones(len(batch)))
+    # count 40 >= 32, prevalence 1, reward 0: target 2.0, one EMA step 0.75*1 + 0.25*2
+    np.testing.assert_allclose(after, 1.25 if ema else 1.0)
+    assert ("rho_state_mismatch" in metrics) is ema
+
+
+@pytest.mark.parametrize("updates", [True, False])
+def test_interface_updates_switch_decides_whether_guidelines_appear(updates):
+    from roleagent.envs.workers import EnvPool
+
+    kwargs = {"interface": "evolved", "tool_format": "compact", "classes": ["TradingBot"],
+              "train_per_category": 1, "eval_per_category": 1, "categories": ["base"]}
+    with EnvPool("bfcl", kwargs, slots=1, processes=False) as pool:
+        hook = SealHook(SEALConfig(enabled=True, interface_updates=updates), pool)
+        metrics = hook.after_iteration(_failing_batch(10), iteration=0, pool=pool)
+        task = pool.meta.tasks("train")[0]
+        instruction = pool.reset([(0, task, 0)])[0].info["instruction"]
+        assert ("# Guidelines" in instruction) is updates
+        assert ("profile_size" in metrics) is updates
+        assert (hook.profile is not None) is updates

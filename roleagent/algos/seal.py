@@ -1,4 +1,4 @@
-"""SEAL diagnosis-guided advantage reweighting (paper §3.4, seed 002), pure numpy.
+"""SEAL diagnosis-guided advantage reweighting (Hu et al., 2026, SEAL §3.4), pure numpy.
 
 For a trajectory τ with per-ground-truth-turn diagnosis tags y_1..y_K (the authors' code
 vocabulary, ``roleagent.envs.bfcl.diagnosis.CODE_LABELS``):
@@ -14,17 +14,29 @@ Static utilities ρ (authors' ``tocf.advantage.apatch.tag_weights``)::
     spurious_tool_call 2.0, correct_abstention 1.8, empty_turn_model_response 1.5,
     state_mismatch 1.0, response_mismatch 0.9, instance_mismatch 0.6, pass 1.0
 
-Closed loop (authors' ``apatch.dynamic``: ema_beta 0.25, prevalence_alpha 1.0,
-confidence_samples 32): after each batch, per tag,
+Utility EMA (authors' code ``tocf.state.update_dynamic_tag_weights``, switched by
+``apatch.dynamic``: ema_beta 0.25, prevalence_alpha 1.0, confidence_samples 32; the
+paper's text keeps ρ fixed): after each batch, per tag other than ``pass``,
 
     target = clamp( base · (1 + α · prevalence · (1 − reward_mean) · min(1, count / 32)),
                     0.5, 2.0 )
     ρ_tag ← (1 − β) · ρ_tag + β · target,   β = 0.25
 
-with statistics over a sliding window of recent trajectories: ``count`` = trajectories
-in the window carrying the tag at least once, ``prevalence`` = count / trajectories in
-the window, ``reward_mean`` = mean verifier reward of those trajectories. A tag absent
-from the window has target = base, so its utility decays back to the static value.
+and for ``pass`` target = base, so ρ_pass stays 1.0 (the authors' ``PASS_TAG`` branch:
+successes are never up-weighted by the loop). Statistics come from a sliding window of
+recent trajectories: ``count`` = trajectories in the window carrying the tag at least once,
+``prevalence`` = count / trajectories in the window, ``reward_mean`` = mean verifier
+reward of those trajectories. A tag absent from the window has target = base, so its
+utility decays back to the static value.
+
+Worked example (window of 64: 32 trajectories ``[state_mismatch, pass]`` with reward 0,
+32 ``[pass]`` with reward 1): state_mismatch has count 32, prevalence 0.5, reward_mean 0
+→ target 1.0·(1 + 0.5·1·1) = 1.5 → ρ = 0.75·1.0 + 0.25·1.5 = 1.125; ``pass`` stays 1.0.
+
+Differences from the authors' statistics (kept, documented): they count tag
+*occurrences* (a trajectory with three ``state_mismatch`` turns adds 3, each with the
+trajectory's reward) and divide by all tag occurrences of the window, and their window is
+the current epoch (reset at epoch end) rather than the last ``window`` trajectories.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ STATIC_UTILITIES: dict[str, float] = {
     "pass": 1.0,
 }
 EXCLUDED_TAGS: frozenset[str] = frozenset({"checker_error", "gt_error"})
+PASS_TAG = "pass"  # the utility EMA never moves it (target = base)
 W_MIN, W_MAX = 0.5, 2.0
 
 
@@ -113,7 +126,8 @@ def closed_loop_target(base: float, count: float, prevalence: float, reward_mean
 
 
 class ClosedLoopWeights:
-    """Per-tag utilities that track the current failure profile (EMA toward the target)."""
+    """Per-tag utilities that track the current failure profile (the utility EMA toward
+    the target; ``pass`` stays at its base)."""
 
     def __init__(self, base: Mapping[str, float] | None = None, *, beta: float = 0.25,
                  alpha: float = 1.0, confidence_samples: int = 32, window: int = 512,
@@ -131,8 +145,8 @@ class ClosedLoopWeights:
     def update(self, turn_labels: Sequence[Sequence[str]], rewards: Sequence[float]
                ) -> dict[str, float]:
         """Add a batch of diagnosed trajectories to the window and move every tag one EMA
-        step toward its target (a tag absent from the window targets its base utility);
-        returns the new utilities."""
+        step toward its target (a tag absent from the window, and ``pass`` always, target
+        their base utility); returns the new utilities."""
         if len(turn_labels) != len(rewards):
             raise ValueError("turn_labels and rewards differ in length")
         for labels, r in zip(turn_labels, rewards):
@@ -140,7 +154,8 @@ class ClosedLoopWeights:
         stats = tag_statistics([h[0] for h in self._history], [h[1] for h in self._history])
         absent = {"count": 0.0, "prevalence": 0.0, "reward_mean": 0.0}
         for tag in sorted(set(self.weights) | set(stats)):
-            s = stats.get(tag, absent)  # absent from the window: target = base (decay back)
+            # absent from the window (or pass): prevalence 0, so target = base (decay back)
+            s = absent if tag == PASS_TAG else stats.get(tag, absent)
             base = self.base.get(tag, 1.0)
             target = closed_loop_target(base, s["count"], s["prevalence"], s["reward_mean"],
                                         alpha=self.alpha,

@@ -211,6 +211,17 @@ class EnvPool:
     def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
         return self.meta.diagnose(trajectory)
 
+    def diagnose_many(self, trajectories: list[Trajectory]) -> list[tuple[str, Any]]:
+        """Replay-diagnose on the worker slots, ``size`` trajectories at a time, each
+        answer bounded by the worker timeout (a slot that does not answer is restarted).
+        Per trajectory ``("ok", diagnosis)``, ``("error", message)`` or ``("crashed",
+        message)``. An in-process pool (``processes=False``) has no timeout."""
+        out: list[tuple[str, Any]] = []
+        for start in range(0, len(trajectories), self.size):
+            chunk = trajectories[start:start + self.size]
+            out.extend(self._call_many("diagnose", [(i, (t,)) for i, t in enumerate(chunk)]))
+        return out
+
     def call_all(self, method: str, *args: Any) -> list[Any]:
         """Call ``method`` (one of the env's ``remote_methods``) on every slot and on the
         local instance, e.g. to push an updated failure profile to all workers."""

@@ -1,41 +1,44 @@
-"""SEAL in the training loop (seed 002 §3.2–3.5): diagnosis → weights, profile → interface.
+"""SEAL (Hu et al., 2026) in the training loop: diagnosis → weights, profile → interface.
 
 ``SealHook`` plugs into :class:`roleagent.trainer.hooks.TrainerHook`. Per iteration k:
 
 1. rollouts on interface I_k (train tasks; the env applies the evolved interface to the
    ``train`` split only, evaluation always sees the plain one);
 2. ``adjust_advantages``: each trajectory's diagnosis (the last step's
-   ``info["diagnosis"]``, or a replay with ``env.diagnose`` for a trajectory the rollout
-   cut before the env finished it) gives turn labels y_1..y_K and
+   ``info["diagnosis"]``, or, for a trajectory the rollout cut before the env finished
+   it, a replay on the env workers bounded by the worker timeout) gives turn labels
+   y_1..y_K and
 
        w(τ) = clip(mean_k ρ(y_k), w_min, w_max),    Â = w(τ) · A        (w > 0: sign kept)
 
    where A is the group-normalised advantage of every step sample of τ and ρ are the
-   static utilities (``STATIC_UTILITIES`` + ``seal.utilities``) or the closed-loop ones.
-   A trajectory without a diagnosis (crashed, or not diagnosable) gets w = 1;
+   static utilities (``STATIC_UTILITIES`` + ``seal.utilities``) or, with
+   ``seal.utility_ema``, the EMA ones. A trajectory without a diagnosis (crashed, not
+   diagnosable, replay failed or timed out) gets w = 1;
 3. the policy update;
-4. ``after_iteration``: the closed-loop utilities take one EMA step with this
-   iteration's labels and verifier rewards; the failure profile (paper priority labels,
-   per trajectory) is updated and pushed to every env worker
+4. ``after_iteration``: with ``seal.utility_ema`` (the authors' code's closed loop) the
+   utilities take one EMA step with this iteration's labels and verifier rewards; with
+   ``seal.interface_updates`` (the paper's closed loop) the failure profile (paper
+   priority labels, per trajectory) is updated and pushed to every env worker
    (``pool.call_all("set_profile", state)``), which selects the guidelines of I_{k+1}.
 
-**Ordering (decided here).** The closed-loop utilities that weight iteration k's batch
-are those after iteration k − 1's update: ``update`` runs after weighting, in
-``after_iteration``. Reasons: (a) the paper's loop builds interface I_{k+1} from the
-diagnoses of round k, and we keep the two halves of the loop symmetric (both adapt
-from the previous rounds); (b) a batch never sets the utilities that weight itself, so
-a batch dominated by one failure cannot amplify its own weight within the same update;
-(c) it is the order our colleague suggested in ``docs/seal.md``; the authors' EMA
-(β = 0.25) lags by a step either way. Iteration 0 uses the static utilities.
+**Ordering (decided here).** The EMA utilities that weight iteration k's batch are those
+after iteration k − 1's update: ``update`` runs after weighting, in ``after_iteration``.
+Reasons: (a) the paper's loop builds interface I_{k+1} from the diagnoses of round k, and
+we keep the two halves of the loop symmetric (both adapt from the previous rounds); (b) a
+batch never sets the utilities that weight itself, so a batch dominated by one failure
+cannot amplify its own weight within the same update. The authors' trainer observes the
+batch first and then weights it with the updated utilities (one EMA step earlier than
+here). Iteration 0 uses the static utilities.
 
-**Rewards** fed to the profile and the closed loop are the binary verifier outcome
+**Rewards** fed to the profile and the EMA are the binary verifier outcome
 (``Trajectory.success``), never the shaped return with format penalties.
 
-**State.** ``state_dict`` holds the failure profile and the closed-loop state; on load the
+**State.** ``state_dict`` holds the failure profile and the EMA state; on load the
 profile is pushed to the workers at once, so a resumed run's next rollout sees exactly
-the interface an uninterrupted run would. A worker restarted mid-iteration (crash) starts
-with an empty profile until the next push (one training wave per iteration, so at most
-the rest of that episode's wave is affected; evaluation is plain anyway).
+the interface an uninterrupted run would. A worker restarted mid-iteration (crash, or a
+diagnosis replay that timed out) starts with an empty profile until the next push (end of
+that iteration; evaluation is plain anyway).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from roleagent.algos.seal import (
 from roleagent.envs.workers import EnvPool
 from roleagent.trainer.advantages import StepBatch
 from roleagent.trainer.hooks import TrainerHook
-from roleagent.types import Trajectory
+from roleagent.types import Step, Trajectory
 
 
 def _last_diagnosis(trajectory: Trajectory) -> dict[str, Any] | None:
@@ -65,32 +68,42 @@ def _last_diagnosis(trajectory: Trajectory) -> dict[str, Any] | None:
     return None
 
 
+def _replay_copy(trajectory: Trajectory) -> Trajectory:
+    """What a diagnosis replay reads (task, each step's action text and validity), without
+    the token ids and log-probs, so the copy sent to a worker process stays small."""
+    steps = [Step(observation="", state_key=None, prompt_ids=[], action_ids=[], action_logprobs=[],
+                  action_text=s.action_text, action=s.action, valid=s.valid) for s in trajectory.steps]
+    return Trajectory(task=trajectory.task, steps=steps, success=trajectory.success,
+                      instruction=trajectory.instruction, seed=trajectory.seed)
+
+
 class SealHook(TrainerHook):
-    """Diagnosis-guided advantage reweighting + closed loop + interface evolution."""
+    """Diagnosis-guided advantage reweighting + utility EMA + interface evolution."""
 
     name = "seal"
 
     def __init__(self, cfg, pool: EnvPool | None = None, *,
                  diagnose: Callable[[Trajectory], dict[str, Any] | None] | None = None) -> None:
         """``cfg`` is a ``roleagent.config.SEALConfig``; ``pool`` the trainer's env pool (for
-        replay diagnosis and profile pushes); ``diagnose`` overrides ``pool.diagnose``."""
+        replay diagnosis on its workers and profile pushes); ``diagnose`` replaces the
+        pool's replay with an in-process function (tests)."""
         self.cfg = cfg
         self.pool = pool
-        self._diagnose = diagnose or (pool.diagnose if pool is not None else None)
+        self._diagnose = diagnose
         self.utilities = {**STATIC_UTILITIES, **{k: float(v) for k, v in cfg.utilities.items()}}
-        self.closed_loop = ClosedLoopWeights(
+        self.ema = ClosedLoopWeights(
             self.utilities, beta=cfg.beta, alpha=cfg.alpha, confidence_samples=cfg.confidence_samples,
             window=cfg.window, w_min=cfg.w_min, w_max=cfg.w_max,
-        ) if (cfg.reweight and cfg.closed_loop) else None
+        ) if (cfg.reweight and cfg.utility_ema) else None
         self.profile = None
-        if cfg.interface_evolution:
+        if cfg.interface_evolution and cfg.interface_updates:
             from roleagent.envs.bfcl.interface import FailureProfile
 
             self.profile = FailureProfile(cfg.profile_window)
             meta = getattr(pool, "meta", None)
             if meta is not None:
                 if "set_profile" not in getattr(meta, "remote_methods", ()):
-                    raise ValueError(f"seal.interface_evolution: {type(meta).__name__} cannot receive a "
+                    raise ValueError(f"seal.interface_updates: {type(meta).__name__} cannot receive a "
                                      "failure profile (no 'set_profile' in remote_methods)")
                 if getattr(meta, "interface_mode", "evolved") != "evolved":
                     raise ValueError("seal.interface_evolution needs the env built with interface='evolved' "
@@ -99,24 +112,57 @@ class SealHook(TrainerHook):
 
     # ----------------------------------------------------------------- diagnoses ------
 
+    def prepare_diagnoses(self, trajectories: list[Trajectory]) -> None:
+        """Set ``trajectory.diagnosis`` on every trajectory that has none yet: the last
+        step's ``info["diagnosis"]``, else (``seal.diagnose_unfinished``) a replay on the
+        pool's worker slots, all in parallel, each bounded by the worker timeout
+        (``EnvPool.diagnose_many``). A replay that raises, times out or finds nothing
+        leaves ``{"unavailable": reason}``: the trajectory gets w = 1 and is not replayed
+        again."""
+        todo = []
+        for t in trajectories:
+            if t.crashed or not t.steps or t.diagnosis is not None:
+                continue
+            t.diagnosis = _last_diagnosis(t)
+            if t.diagnosis is None and self.cfg.diagnose_unfinished:
+                todo.append(t)
+        if not todo:
+            return
+        for t, (status, value) in zip(todo, self._replay(todo)):
+            if status == "ok" and isinstance(value, dict) and "turn_labels" in value:
+                t.diagnosis = value
+            else:
+                reason = "no diagnosis" if status == "ok" else str(value).splitlines()[0][:300]
+                t.diagnosis = {"unavailable": f"{status}: {reason}"}
+
+    def _replay(self, trajectories: list[Trajectory]) -> list[tuple[str, Any]]:
+        if self._diagnose is not None:
+            out = []
+            for t in trajectories:
+                try:
+                    out.append(("ok", self._diagnose(t)))
+                except Exception as error:  # noqa: BLE001 - a failed replay costs one diagnosis
+                    out.append(("error", f"{type(error).__name__}: {error}"))
+            return out
+        if self.pool is None:
+            return [("error", "no env pool to replay on")] * len(trajectories)
+        return self.pool.diagnose_many([_replay_copy(t) for t in trajectories])
+
     def diagnosis(self, trajectory: Trajectory) -> dict[str, Any] | None:
         """The trajectory's diagnosis (cached on ``trajectory.diagnosis``); None when it
-        crashed or cannot be diagnosed."""
+        crashed, cannot be diagnosed or its replay failed."""
         if trajectory.crashed or not trajectory.steps:
             return None
-        if trajectory.diagnosis is None:
-            found = _last_diagnosis(trajectory)
-            if found is None and self.cfg.diagnose_unfinished and self._diagnose is not None:
-                found = self._diagnose(trajectory)
-            trajectory.diagnosis = found
+        self.prepare_diagnoses([trajectory])
         d = trajectory.diagnosis
         return d if isinstance(d, dict) and "turn_labels" in d else None
 
     def current_utilities(self) -> dict[str, float]:
-        return self.closed_loop.utilities() if self.closed_loop is not None else dict(self.utilities)
+        return self.ema.utilities() if self.ema is not None else dict(self.utilities)
 
     def trajectory_weights(self, trajectories: list[Trajectory]) -> np.ndarray:
         """w per trajectory from the current utilities; 1 where there is no diagnosis."""
+        self.prepare_diagnoses(trajectories)
         diagnoses = [self.diagnosis(t) for t in trajectories]
         labels = [d["turn_labels"] if d is not None else [] for d in diagnoses]
         w = seal_trajectory_weights(labels, self.current_utilities(), w_min=self.cfg.w_min, w_max=self.cfg.w_max)
@@ -134,6 +180,8 @@ class SealHook(TrainerHook):
         self._batch_metrics = {
             "weight_mean": float(w.mean()), "weight_min": float(w.min()), "weight_max": float(w.max()),
             "diagnosed": float(np.mean(diagnosed)),
+            "diagnosis_unavailable": float(np.mean([isinstance(t.diagnosis, dict) and "unavailable" in t.diagnosis
+                                                    for t in batch.trajectories])),
         }
         if not self.cfg.reweight or len(advantages) == 0:
             return advantages
@@ -146,10 +194,10 @@ class SealHook(TrainerHook):
         metrics = dict(self._batch_metrics)
         self._batch_metrics = {}
         metrics.update(diagnosis_metrics(trajectories, [d for d, _ in pairs]))
-        if self.closed_loop is not None and pairs:
-            self.closed_loop.update([d["turn_labels"] for d, _ in pairs], [r for _, r in pairs])
-        if self.closed_loop is not None:
-            metrics.update({f"rho_{k}": v for k, v in sorted(self.closed_loop.utilities().items())})
+        if self.ema is not None and pairs:
+            self.ema.update([d["turn_labels"] for d, _ in pairs], [r for _, r in pairs])
+        if self.ema is not None:
+            metrics.update({f"rho_{k}": v for k, v in sorted(self.ema.utilities().items())})
         if self.profile is not None:
             for d, reward in pairs:
                 self.profile.update_from_diagnosis(d, reward)
@@ -166,14 +214,15 @@ class SealHook(TrainerHook):
     # ----------------------------------------------------------------- state ----------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"closed_loop": self.closed_loop.state_dict() if self.closed_loop is not None else None,
+        return {"utility_ema": self.ema.state_dict() if self.ema is not None else None,
                 "profile": self.profile.state_dict() if self.profile is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        if self.closed_loop is not None and state.get("closed_loop") is not None:
-            self.closed_loop.load_state_dict(state["closed_loop"])
+        ema_state = state.get("utility_ema", state.get("closed_loop"))  # older checkpoints: closed_loop
+        if self.ema is not None and ema_state is not None:
+            self.ema.load_state_dict(ema_state)
         if self.profile is not None and state.get("profile") is not None:
             self.profile.load_state_dict(state["profile"])
             self.push_profile()

@@ -8,10 +8,16 @@ Everything is read from the installed ``bfcl_eval`` wheel (``bfcl-eval==2025.6.8
 We deliberately do not import ``bfcl_eval.constants``: its ``eval_config`` creates
 ``result/`` and ``score/`` folders next to the installed package on import.
 
-Split (DESIGN §5, SEAL §4): 200 entries per category; for each category the entries are
-ordered by ``sha256(f"{split_seed}:{entry_id}")`` and the first 100 form ``train``, the
-other 100 ``eval``. This depends only on the ids, never on the machine or on Python's
-hash seed. Task ids look like ``"bfcl/eval/multi_turn_base_12"``.
+Splits (SEAL, Hu et al., 2026, §4: 100 training and 100 held-in evaluation tasks per
+category). ``"roleagent"`` (default): 200 entries per category; for each category the
+entries are ordered by ``sha256(f"{split_seed}:{entry_id}")`` and the first 100 form
+``train``, the other 100 ``eval``. This depends only on the ids, never on the machine or
+on Python's hash seed. ``"authors"``: the split the SEAL authors released
+(``data/bfcl_400_split.json`` of their code at a0d22db, Apache-2.0), shipped as
+``roleagent/data/seal_bfcl_400_split.json``: its ``train`` ids are ``train``, its
+``test`` ids are ``eval``; only 193 of those 400 are in the ``roleagent`` eval split, so
+use it when numbers must be comparable with the paper. Task ids look like
+``"bfcl/eval/multi_turn_base_12"``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any
 CATEGORIES: tuple[str, ...] = ("base", "miss_func", "miss_param", "long_context")
 PER_CATEGORY_PER_SPLIT = 100
 DEFAULT_SPLIT_SEED = 0
+SPLIT_SOURCES: tuple[str, ...] = ("roleagent", "authors")
+AUTHORS_SPLIT_FILE = Path(__file__).resolve().parents[2] / "data" / "seal_bfcl_400_split.json"
 
 #: backend class → (module, func-doc file). Same as bfcl_eval's CLASS_FILE_PATH_MAPPING
 #: and MULTI_TURN_FUNC_DOC_FILE_MAPPING.
@@ -112,16 +120,36 @@ def split_key(entry_id: str, split_seed: int = DEFAULT_SPLIT_SEED) -> str:
     return hashlib.sha256(f"{split_seed}:{entry_id}".encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
+def authors_split() -> dict[str, tuple[str, ...]]:
+    """The SEAL authors' released split: ``{"train": ids, "eval": their test ids}``."""
+    with open(AUTHORS_SPLIT_FILE, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    out = {"train": tuple(raw["train"]), "eval": tuple(raw["test"])}
+    for ids in out.values():
+        for entry_id in ids:
+            category_of(entry_id)  # KeyError names a malformed id
+    if set(out["train"]) & set(out["eval"]):
+        raise ValueError(f"{AUTHORS_SPLIT_FILE}: train and test ids overlap")
+    return out
+
+
 def split_ids(split: str, split_seed: int = DEFAULT_SPLIT_SEED,
-              categories: tuple[str, ...] = CATEGORIES) -> list[str]:
-    """Entry ids of ``train`` or ``eval`` (100 per category each), category by category,
-    each category in numeric id order."""
+              categories: tuple[str, ...] = CATEGORIES, source: str = "roleagent") -> list[str]:
+    """Entry ids of ``train`` or ``eval`` (100 per category each) of the ``source`` split
+    (``SPLIT_SOURCES``; ``split_seed`` applies to ``roleagent`` only), category by
+    category, each category in numeric id order."""
     if split not in ("train", "eval"):
         raise KeyError(f"unknown BFCL split {split!r}; known: train, eval")
+    if source not in SPLIT_SOURCES:
+        raise KeyError(f"unknown BFCL split source {source!r}; known: {', '.join(SPLIT_SOURCES)}")
     out: list[str] = []
     for category in categories:
-        ids = sorted(entry_ids(category), key=lambda i: split_key(i, split_seed))
-        chosen = ids[:PER_CATEGORY_PER_SPLIT] if split == "train" else ids[PER_CATEGORY_PER_SPLIT:2 * PER_CATEGORY_PER_SPLIT]
+        if source == "authors":
+            chosen = [i for i in authors_split()[split] if category_of(i) == category]
+        else:
+            ids = sorted(entry_ids(category), key=lambda i: split_key(i, split_seed))
+            chosen = ids[:PER_CATEGORY_PER_SPLIT] if split == "train" else ids[PER_CATEGORY_PER_SPLIT:2 * PER_CATEGORY_PER_SPLIT]
         out.extend(sorted(chosen, key=lambda i: int(i.rsplit("_", 1)[1])))
     return out
 

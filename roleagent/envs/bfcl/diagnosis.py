@@ -14,24 +14,31 @@ Two vocabularies, both computed from the same evidence.
 ``gt_error``               a ground-truth call could not be parsed/executed (excluded)
 ``checker_error``          the official checker raised (excluded)
 ``empty_turn_model_response``  GT turn non-empty and the model decoded no call in it
-                           (also every turn the episode never reached)
+                           (also every such turn the episode never reached)
 ``spurious_tool_call``     GT turn empty (missing function / parameter: the model should
                            ask) and the model called tools anyway
-``correct_abstention``     GT turn empty and the model called no tool
-``instance_mismatch``      post-turn state differs from the ground truth, and it already
-                           differed before the turn (divergence carried over from earlier
-                           turns: not attributable to this turn)
-``state_mismatch``         post-turn state differs, and it matched before the turn
-                           (bfcl ``multi_turn:instance_state_mismatch`` caused here)
+``correct_abstention``     GT turn empty and the model called no tool (also every such
+                           turn the episode never reached: the authors pad unreached
+                           turns with no calls)
+``instance_mismatch``      never emitted here (see below)
+``state_mismatch``         post-turn state differs from the ground truth's (bfcl
+                           ``multi_turn:instance_state_mismatch``), whether the divergence
+                           arose in this turn or was carried over from an earlier one
 ``response_mismatch``      states match but a ground-truth result string is missing from
                            the model's results (bfcl ``execution_response_mismatch``)
 ``pass``                   bfcl's checks pass for this turn
 =========================  ==============================================================
 
-The authors' A-Patch code that assigns these tags is not public; the split of bfcl's
-``instance_state_mismatch`` into ``state_mismatch`` (caused in this turn) and
-``instance_mismatch`` (inherited) is our reading of the utilities (0.6 < 1.0: the
-less attributable failure gets less weight) and is documented here.
+These rules follow the authors' classifier (``compute_per_turn_progress`` in
+``env_service/environments/bfcl/multi_turn_progress.py`` of the SEAL code release),
+check by check and in its order: gt_error, GT-empty turn (spurious / abstention),
+empty turn, instance set, state, response. The authors tag ``instance_mismatch`` when the
+set of backend instances bfcl's executor returned for the model in this turn differs
+from the ground truth's — which happens only when the model's execution raised before
+returning any instance, since bfcl returns every involved class otherwise. roleagent
+builds both instance sets once per episode from the task's involved classes, so the
+condition cannot arise and the tag (utility 0.6) never appears; an inherited state
+divergence is ``state_mismatch``, as in the authors' code.
 
 **Paper priority vocabulary** (``priority_label``; Appendix C order
 invalid_tool_call > argument_mismatch > state_mismatch > recovery_failure >
@@ -47,7 +54,7 @@ missing_tool_call > response_mismatch). A turn that passes (or correctly abstain
 - ``argument_mismatch``: the model called a tool that the ground truth calls in this turn,
   but none of those calls has the ground truth's arguments (values compared after
   tuple→list normalisation);
-- ``state_mismatch``: post-turn state differs (either state/instance tag above);
+- ``state_mismatch``: post-turn state differs (the ``state_mismatch`` tag above);
 - ``recovery_failure``: a call returned an error (backend error dict or exception) and no
   later call of the same tool in the turn succeeded;
 - ``missing_tool_call``: a tool the ground truth calls in this turn was never called;
@@ -56,7 +63,6 @@ missing_tool_call > response_mismatch). A turn that passes (or correctly abstain
 Mapping (typical; both are computed independently from the evidence):
 spurious_tool_call → invalid_tool_call; empty_turn_model_response → missing_tool_call;
 state_mismatch → argument_mismatch / state_mismatch / invalid_tool_call;
-instance_mismatch → state_mismatch (or a higher-priority label with its own evidence);
 response_mismatch → argument_mismatch / recovery_failure / missing_tool_call /
 response_mismatch; pass and correct_abstention → pass.
 """
@@ -108,15 +114,13 @@ def turn_label(evidence: Any) -> str:
         return "gt_error"
     if ev.get("checker_error"):
         return "checker_error"
-    if not ev.get("reached", False):
-        return "empty_turn_model_response"
-    decoded = _decoded(ev)
+    decoded = _decoded(ev) if ev.get("reached", False) else []  # unreached: no calls
     if not ev.get("gt_calls"):
         return "spurious_tool_call" if decoded else "correct_abstention"
     if not decoded:
         return "empty_turn_model_response"
     if ev.get("state_equal") is False:
-        return "state_mismatch" if ev.get("state_equal_before", True) else "instance_mismatch"
+        return "state_mismatch"
     if ev.get("response_ok") is False:
         return "response_mismatch"
     if ev.get("state_equal") is None:  # reached but never checked (should not happen)

@@ -68,6 +68,8 @@ class BFCLEnv(Environment):
         max_action_chars: a longer action is rejected unparsed (nothing runs).
         max_calls_per_step: more calls in one turn are rejected (nothing runs).
         split_seed: seed of the fixed split (see ``data.py``); 0 is the project's split.
+        split: ``"roleagent"`` (the hashed split above) or ``"authors"`` (the SEAL
+            authors' released 400/400 split, ``data.authors_split``).
         categories: subset of the four categories.
         include_response_schema: also show the tools' ``response`` schemas (bfcl's
             prompting mode does; off by default to save tokens).
@@ -104,7 +106,8 @@ class BFCLEnv(Environment):
                  recovery_hints: bool = True, guidelines: bool = True,
                  profile_window: int = 512, type_check: bool = True,
                  tool_format: str = "full", classes: tuple[str, ...] | list[str] | None = None,
-                 train_per_category: int = 0, eval_per_category: int = 0) -> None:
+                 train_per_category: int = 0, eval_per_category: int = 0,
+                 split: str = "roleagent") -> None:
         if call_format not in CALL_FORMATS:
             raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
         if interface not in ("plain", "evolved"):
@@ -112,6 +115,8 @@ class BFCLEnv(Environment):
         unknown = [c for c in categories if c not in data.CATEGORIES]
         if unknown:
             raise ValueError(f"unknown categories {unknown}; known: {data.CATEGORIES}")
+        if split not in data.SPLIT_SOURCES:
+            raise ValueError(f"split must be one of {data.SPLIT_SOURCES}, got {split!r}")
         if tool_format not in ("full", "compact"):
             raise ValueError(f"tool_format must be 'full' or 'compact', got {tool_format!r}")
         unknown_classes = [c for c in (classes or ()) if c not in data.BACKENDS]
@@ -127,6 +132,7 @@ class BFCLEnv(Environment):
         self.max_action_chars = int(max_action_chars)
         self.max_calls_per_step = int(max_calls_per_step)
         self.split_seed = int(split_seed)
+        self.split_source = split
         self.categories = tuple(categories)
         self.include_response_schema = include_response_schema
         self.type_check = bool(type_check)
@@ -145,7 +151,7 @@ class BFCLEnv(Environment):
         out = []
         limit = self.per_category.get(split, 0)
         taken: dict[str, int] = {}
-        for entry_id in data.split_ids(split, self.split_seed, self.categories):
+        for entry_id in data.split_ids(split, self.split_seed, self.categories, self.split_source):
             e = data.entry(entry_id)
             if self.classes is not None and not set(e["involved_classes"]) <= set(self.classes):
                 continue
