@@ -80,7 +80,7 @@ BAD = [
     (["train", "seal_bfcl", "--set", "seal.w_min=0"], "seal.w_min=0"),
     (["train", "seal_bfcl", "--set", "seal.beta=2"], "seal.beta=2"),
     (["train", "seal_bfcl", "--set", "seal.window=0"], "seal.window=0"),
-    (["train", "seal_bfcl", "--set", "seal.interface_evolution=false", "--set", "env.kwargs.interface=fancy"],
+    (["train", "seal_bfcl", "--set", "seal.interface_evolution=false", "--set", "seal.interface_updates=false", "--set", "env.kwargs.interface=fancy"],
      "env.kwargs.interface='fancy'"),
     (["train", "--set", "optim.lrr=1"], "optim.lrr"),
     (["train", "--set", "rollout.group_size=four"], "rollout.group_size"),
