@@ -47,7 +47,7 @@ def overrides(args, run_dir: Path, seed: int, iterations: int) -> list[str]:
         "tensorboard=false", "env.processes=false", "eval.at_start=false",
         f"env.kwargs.train_per_category={args.train_per_category}",
         f"env.kwargs.eval_per_category={args.eval_per_category}",
-        f"env.kwargs.max_steps={args.max_steps}",
+        f"env.kwargs.max_steps_per_turn={args.max_steps_per_turn}",
         f"rollout.tasks_per_iter={args.tasks_per_iter}", f"rollout.group_size={args.group_size}",
         f"rollout.max_new_tokens={args.max_new_tokens}", f"rollout.history={args.history}",
     ]
@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=2)
     parser.add_argument("--train-per-category", type=int, default=2)
     parser.add_argument("--eval-per-category", type=int, default=1)
-    parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--max-steps-per-turn", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--history", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)

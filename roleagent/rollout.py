@@ -18,6 +18,7 @@ states coincide and GiGPO's anchor groups have something to compare.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class _Episode:
     state_key: object
     admissible: list[str] | None
     history: list[tuple[str, str]] = field(default_factory=list)
+    transcript: list[dict[str, str]] | None = None  # chat protocol (env reports "messages")
     done: bool = False
 
 
@@ -86,8 +88,27 @@ def run_episodes(
     return trajectories, stats
 
 
+def _messages(info: dict | None) -> list[dict[str, str]] | None:
+    messages = (info or {}).get("messages")
+    return None if messages is None else [dict(m) for m in messages]
+
+
+def _actor_messages(e: _Episode, settings: RolloutSettings, engine: HFEngine, count_tokens) -> list[dict[str, str]]:
+    """The actor's chat: the whole conversation for environments that report their chat
+    messages (BFCL), trimmed to the engine's prompt budget; else the bounded text prompt."""
+    if e.transcript is not None:
+        return actor.chat_messages(instruction=e.instruction, transcript=e.transcript,
+                                   count_tokens=count_tokens, budget=engine.max_prompt_tokens)
+    return actor.actor_messages(
+        instruction=e.instruction, observation=e.observation, history=e.history,
+        admissible=e.admissible, action_format=settings.action_format, max_history=settings.history,
+    )
+
+
 def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]:
     started = time.perf_counter()
+    count_tokens = functools.lru_cache(maxsize=4096)(
+        lambda text: len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]))
     replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
     stats.env_s += time.perf_counter() - started
     episodes = [
@@ -95,6 +116,7 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
             slot=slot, trajectory=Trajectory(task=task, seed=seed, instruction=(reply.info or {}).get("instruction", "")),
             instruction=(reply.info or {}).get("instruction", ""),
             observation=reply.observation, state_key=reply.state_key, admissible=reply.admissible,
+            transcript=_messages(reply.info),
         )
         for slot, ((task, seed), reply) in enumerate(zip(wave, replies))
     ]
@@ -111,14 +133,8 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
         # 1. actions, one batched generation ---------------------------------------
         started = time.perf_counter()
         prompts = [
-            engine.encode_chat(
-                actor.actor_messages(
-                    instruction=e.instruction, observation=e.observation, history=e.history,
-                    admissible=e.admissible, action_format=settings.action_format,
-                    max_history=settings.history,
-                ),
-                response_prefix=actor.RESPONSE_PREFIX[settings.action_format],
-            )
+            engine.encode_chat(_actor_messages(e, settings, engine, count_tokens),
+                               response_prefix=actor.RESPONSE_PREFIX[settings.action_format])
             for e in active
         ]
         generations = engine.generate(prompts, sampling)
@@ -183,6 +199,8 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
                 if step.info.get("success"):
                     e.trajectory.success = True
                 e.history.append((p.action, reply.observation))
+                if e.transcript is not None and not reply.crashed:
+                    e.transcript += [{"role": "assistant", "content": p.action}] + _messages(reply.info)
             else:
                 step.reward = -settings.invalid_penalty
                 step.info = {"invalid": True}

@@ -88,16 +88,19 @@ def _attempts(sentinel) -> dict[str, list[str]]:
 @pytest.mark.parametrize("call_format", ["qwen", "python"])
 def test_injection_attempts_run_nothing(tmp_path, no_eval, call_format):
     sentinel = tmp_path / "pwned"
-    env = BFCLEnv(call_format=call_format, max_steps=200, max_steps_per_turn=200,
-                  max_action_chars=10000)
-    env.reset(_task("multi_turn_base_1"), seed=0)
-    before = env.episode.model.snapshot()
+    env = BFCLEnv(call_format=call_format, max_action_chars=10000, type_check=True)
     for attempt in _attempts(sentinel)[call_format]:
+        env.reset(_task("multi_turn_base_1"), seed=0)
+        before = env.episode.model.snapshot()
         r = env.step(attempt)
         assert not r.done, attempt
-        assert not r.info["turn_ended"], attempt  # recognised as a (failed) call attempt
-        assert all(c["status"] in ("rejected", "parse_error") for c in r.info["calls"]), (attempt, r.info["calls"])
-        assert r.observation.startswith(("<tool_response>\nError", "Error")), (attempt, r.observation)
+        calls = r.info["calls"]  # a (failed) call attempt, or plain text (an unclosed tag)
+        assert calls or r.info["turn_ended"], attempt
+        assert all(c["status"] in ("rejected", "parse_error") for c in calls), (attempt, calls)
+        if r.info["turn_ended"]:  # bfcl could not decode the step (or saw no block)
+            assert not calls or (r.info["action_valid"] is False and r.info["decode_error"]), attempt
+        else:
+            assert r.observation.startswith(("<tool_response>\nError", "Error")), (attempt, r.observation)
         assert env.episode.model.snapshot() == before, attempt
     assert not sentinel.exists()
     assert no_eval == []
@@ -116,14 +119,14 @@ def test_string_values_are_data_not_code(tmp_path, monkeypatch, no_eval):
     assert not sentinel.exists() and no_eval == []
 
 
-def test_unavailable_tool_is_rejected_before_execution(no_eval):
+def test_held_out_tool_runs_as_in_bfcl_without_eval(no_eval):
+    """bfcl executes a held-out miss_func tool called before its turn (only its schema is
+    hidden); we do too, through the same checks, never through eval."""
     env = BFCLEnv()
     env.reset(_task("multi_turn_miss_func_0"), seed=0)  # 'sort' held out until turn 3
-    before = env.episode.model.snapshot()
+    assert "sort" not in env.episode.available
     r = env.step(_qwen("sort", {"file_name": "final_report.pdf"}))
-    call = r.info["calls"][0]
-    assert call["status"] == "rejected" and call["error_kind"] == "unavailable_tool"
-    assert env.episode.model.snapshot() == before
+    assert r.info["calls"][0]["status"] in ("ok", "tool_error") and no_eval == []
     r = env.step(_qwen("tool_that_does_not_exist", {}))
     assert r.info["calls"][0]["error_kind"] == "unknown_tool"
 
@@ -138,7 +141,8 @@ def test_oversized_and_too_many_calls_limits():
     env.reset(_task("multi_turn_base_1"), seed=0)
     before = env.episode.model.snapshot()
     r = env.step("\n".join(_qwen("mkdir", {"dir_name": f"d{i}"}) for i in range(5)))
-    assert r.info["action_valid"] is False and "nothing was executed" in r.observation
+    assert r.info["action_valid"] is False and "nothing was executed" in r.info["decode_error"]
+    assert r.info["turn_ended"]  # treated as a step bfcl could not decode
     assert env.episode.model.snapshot() == before
 
 

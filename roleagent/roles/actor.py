@@ -3,7 +3,13 @@
 Each step's prompt is built from scratch: the task instruction, a bounded history of the
 last ``history`` (action, observation) pairs, the current observation, the admissible
 actions where the environment has them, and the answer format. Bounded prompts keep the
-token budget per step flat, which is what a CPU run can afford (DESIGN §6).
+token budget per step flat, which is what a CPU run can afford.
+
+Conversational environments (BFCL) instead report the chat messages of their protocol
+(``info["messages"]``); for them the prompt is the whole conversation so far
+(``chat_messages``): the instruction as the system message, every user turn, the model's
+own outputs as assistant messages and tool results as tool messages, trimmed to a token
+budget oldest tool result first and never dropping the current user request.
 
 Action formats (``ActionFormat``):
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 ACTION_TAG_RE = re.compile(r"<(/?)action>", re.IGNORECASE)
 
@@ -139,3 +146,56 @@ def actor_messages(
     if FORMAT_HINTS[action_format]:
         parts.append(FORMAT_HINTS[action_format])
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+#: what a tool result trimmed from the prompt is replaced with
+TRIMMED_TOOL_RESULT = "[older tool result omitted to fit the context]"
+
+
+def chat_messages(
+    *,
+    instruction: str,
+    transcript: list[dict[str, str]],
+    count_tokens: Callable[[str], int],
+    budget: int,
+    message_overhead: int = 8,
+) -> list[dict[str, str]]:
+    """The chat prompt of a conversational environment: ``[system: instruction] +
+    transcript``, trimmed until its estimated size fits ``budget`` tokens.
+
+    The size estimate is ``sum(count_tokens(content) + message_overhead)`` over all
+    messages (the overhead covers the template's role markers). Trimming order:
+
+    1. tool results, oldest first, are replaced by ``TRIMMED_TOOL_RESULT``;
+    2. messages before the current request (the last ``user`` message), oldest first,
+       are removed;
+    3. messages after it (the model's calls in the current turn and their results),
+       oldest first, are removed.
+
+    The system message and the current request are never removed; a prompt that still
+    does not fit is returned as it is (the engine then keeps its last tokens).
+
+    Worked example (one token per word, overhead 0; the note is 8 words): system "s",
+    then user "u1", assistant "c", tool of 10 words, user "u2", assistant "c", tool of 9
+    words: 24 tokens. Budget 23: the 10-word result becomes the note (22). Budget 20: both
+    results become notes (21), then "u1" goes (20). Budget 5: everything but the system
+    message and "u2" goes (2). ``tests/test_bfcl_prompt.py`` checks these three cases.
+    """
+    messages = [{"role": "system", "content": instruction}] + [dict(m) for m in transcript]
+    cost = [count_tokens(m["content"]) + message_overhead for m in messages]
+    total = sum(cost)
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    current = users[-1] if users else len(messages)
+    note = count_tokens(TRIMMED_TOOL_RESULT) + message_overhead
+    for i, m in enumerate(messages):  # 1. oldest tool results first
+        if total <= budget:
+            break
+        if m["role"] == "tool" and cost[i] > note:
+            m["content"], total, cost[i] = TRIMMED_TOOL_RESULT, total - cost[i] + note, note
+    keep = [True] * len(messages)
+    order = list(range(1, current)) + list(range(current + 1, len(messages)))
+    for i in order:  # 2. before the current request, 3. after it
+        if total <= budget:
+            break
+        keep[i], total = False, total - cost[i]
+    return [m for m, k in zip(messages, keep) if k]

@@ -97,6 +97,12 @@ def entry(entry_id: str) -> dict[str, Any]:
     return copy.deepcopy(entries[entry_id])
 
 
+def entry_question_turns(category: str) -> tuple[int, ...]:
+    """The number of user turns of every entry of a category, in file order."""
+    entries, ids = _load_category(category)
+    return tuple(len(entries[i]["question"]) for i in ids)
+
+
 def category_of(entry_id: str) -> str:
     for category in sorted(CATEGORIES, key=len, reverse=True):
         prefix = f"multi_turn_{category}_"

@@ -4,11 +4,14 @@
     task = env.tasks("eval")[0]                       # id "bfcl/eval/multi_turn_base_3"
     obs, info = env.reset(task, seed=0)               # info["instruction"]: tools + format
     result = env.step(model_turn_text)                # the model's WHOLE generated turn
+    result.info["messages"]                           # chat history to append (tool/user)
 
 **Action = the full model turn.** Unlike text games, the actor must pass the entire
 generated text of the turn to ``step`` (one or more ``<tool_call>`` blocks, or plain
 text). A turn with tool calls executes them and returns the tool results; a turn
-without any tool call ends the current user turn and returns the next user message.
+without any decodable tool call ends the current user turn and returns the next user
+message. ``info["messages"]`` (reset and step) carries the same text as bfcl's chat
+messages, from which the rollout builds the policy's chat prompt.
 
 Reward is bfcl's multi-turn verdict (1.0 / 0.0) at the end of the episode, 0 before.
 ``info["success"]`` is set when ``done``. See ``episode.py`` for the turn protocol and
@@ -63,8 +66,11 @@ class BFCLEnv(Environment):
             (``[f(a=1)]``, parsed with ``ast``).
         interface: ``"plain"`` or ``"evolved"`` (SEAL; applied to ``train`` tasks only,
             evaluation always sees the plain interface).
-        max_steps: model turns per episode (default 20, as the authors' ``max_steps``).
-        max_steps_per_turn: tool-call steps per user turn before bfcl force-terminates (20).
+        max_steps_per_turn: tool-call steps per user turn; the one past it force-terminates
+            the episode (bfcl's ``MAXIMUM_STEP_LIMIT``, 20).
+        max_steps: optional cap on model steps per episode; 0 (default): none, as bfcl.
+            ``BFCLEnv.max_steps`` (the rollout's loop bound) is this cap when set, else
+            the most steps any episode can take: turns × (max_steps_per_turn + 1).
         max_action_chars: a longer action is rejected unparsed (nothing runs).
         max_calls_per_step: more calls in one turn are rejected (nothing runs).
         split_seed: seed of the fixed split (see ``data.py``); 0 is the project's split.
@@ -83,11 +89,11 @@ class BFCLEnv(Environment):
         train_per_category / eval_per_category: keep the first k tasks of each category
             of that split (after ``classes``; split order, see ``data.split_ids``);
             0 keeps all. Small fixed subsets for CPU runs.
-        type_check: reject calls whose argument values break the schema types (default).
-            bfcl itself executes them (Python is dynamic); ``False`` matches bfcl there.
-            With the check on, 4 train entries (``multi_turn_*_173``: the ground truth
-            passes ``ticket_id='ticket_001'`` to an integer parameter) cannot be solved;
-            the eval split is unaffected.
+        type_check: reject calls whose argument values break the schema types. Off by
+            default: bfcl executes such calls (Python is dynamic), and the reward is its
+            verdict. With the check on, 4 train entries (``multi_turn_*_173``: the ground
+            truth passes ``ticket_id='ticket_001'`` to an integer parameter) cannot be
+            solved; the eval split is unaffected.
     """
 
     name = "bfcl"
@@ -98,13 +104,13 @@ class BFCLEnv(Environment):
     diagnosis_turn_labels = True
     remote_methods = ("update_profile", "set_profile", "profile_state")
 
-    def __init__(self, call_format: str = "qwen", interface: str = "plain", max_steps: int = 20,
+    def __init__(self, call_format: str = "qwen", interface: str = "plain", max_steps: int = 0,
                  max_steps_per_turn: int = 20, max_action_chars: int = 16384,
                  max_calls_per_step: int = 64, split_seed: int = data.DEFAULT_SPLIT_SEED,
                  categories: tuple[str, ...] | list[str] = data.CATEGORIES,
                  include_response_schema: bool = False, schema_cues: bool = True,
                  recovery_hints: bool = True, guidelines: bool = True,
-                 profile_window: int = 512, type_check: bool = True,
+                 profile_window: int = 512, type_check: bool = False,
                  tool_format: str = "full", classes: tuple[str, ...] | list[str] | None = None,
                  train_per_category: int = 0, eval_per_category: int = 0,
                  split: str = "roleagent") -> None:
@@ -127,7 +133,10 @@ class BFCLEnv(Environment):
         self.per_category = {"train": int(train_per_category), "eval": int(eval_per_category)}
         self.call_format = call_format
         self.interface_mode = interface
-        self.max_steps = int(max_steps)
+        if int(max_steps) < 0 or int(max_steps_per_turn) < 1:
+            raise ValueError(f"max_steps must be >= 0 and max_steps_per_turn >= 1, got "
+                             f"{max_steps} and {max_steps_per_turn}")
+        self.max_steps_cap = int(max_steps)
         self.max_steps_per_turn = int(max_steps_per_turn)
         self.max_action_chars = int(max_action_chars)
         self.max_calls_per_step = int(max_calls_per_step)
@@ -141,6 +150,9 @@ class BFCLEnv(Environment):
         self._evolved = EvolvedInterface(self.profile, schema_cues=schema_cues,
                                          recovery_hints=recovery_hints, guidelines=guidelines)
         self._plain.compact = self._evolved.compact = tool_format == "compact"
+        longest = max((n for c in self.categories for n in data.entry_question_turns(c)),
+                      default=1)
+        self.max_steps = self.max_steps_cap or longest * (self.max_steps_per_turn + 1)
         self._episode: Episode | None = None
         self._task: Task | None = None
         self._interface: PlainInterface = self._plain
@@ -175,7 +187,7 @@ class BFCLEnv(Environment):
     def _new_episode(self, task: Task, interface: PlainInterface) -> Episode:
         entry_id = task.payload.get("entry_id") or data.entry_id_of_task(task.id)
         return Episode(
-            data.entry(entry_id), call_format=self.call_format, max_steps=self.max_steps,
+            data.entry(entry_id), call_format=self.call_format, max_steps=self.max_steps_cap,
             max_steps_per_turn=self.max_steps_per_turn, max_action_chars=self.max_action_chars,
             max_calls_per_step=self.max_calls_per_step,
             render_tools=lambda docs: interface.render_tools(self._docs(docs)),
@@ -199,10 +211,11 @@ class BFCLEnv(Environment):
         guidelines = self._interface.guidelines()
         if guidelines:
             instruction += "\n\n# Guidelines\n" + "\n".join(f"- {g}" for g in guidelines)
+        first = ep.first_observation()
         info = {"instruction": instruction, "interface": self._interface.name,
                 "category": ep.category, "n_turns": len(ep.turns), "turn": 0,
-                "guidelines": guidelines}
-        return ep.first_observation(), info
+                "guidelines": guidelines, "messages": [{"role": "user", "content": first}]}
+        return first, info
 
     def step(self, action: str) -> StepResult:
         if self._episode is None:

@@ -1,16 +1,29 @@
 """One BFCL multi-turn episode: the model's backends, the ground-truth replay, and the
 official per-turn checks.
 
-Turn protocol (bfcl's ``inference_multi_turn_*`` loop, one env step per model turn):
+Turn protocol (bfcl's ``inference_multi_turn_FC`` loop, one env step per model step):
 
-- the model's output is one *step*; if it contains tool calls they are executed (after
-  validation) and the tool results are the next observation, the user turn goes on;
-- a step without any tool call (plain text) ends the user turn: the turn is checked and
-  the next user message (or, for miss_func, the newly revealed tool schemas followed by
-  bfcl's "I have updated some more functions you can choose from. What about now?") is
-  the next observation;
-- more than ``max_steps_per_turn`` tool-call steps in one user turn (bfcl: 20) or more
-  than ``max_steps`` steps in the episode force-terminates the episode (bfcl: failed).
+- the model's output is one *step*; if it contains tool calls they are executed and the
+  tool results are the next observation, the user turn goes on;
+- a step that decodes to no call ends the user turn: plain text, or a step bfcl's decoder
+  rejects as a whole (any ``<tool_call>`` block that is not a JSON object with a string
+  ``name`` and object ``arguments``, or an unparsable python call list); nothing of such a
+  step is executed, as in bfcl (``decode_execute`` fails, the handler breaks out of the
+  turn). The turn is checked and the next user message (or, for miss_func, the newly
+  revealed tool schemas followed by bfcl's "I have updated some more functions you can
+  choose from. What about now?") is the next observation;
+- the model has ``max_steps_per_turn`` tool-call steps per user turn (bfcl's
+  ``MAXIMUM_STEP_LIMIT`` = 20): the step that exceeds it is executed and then
+  force-terminates the episode (bfcl: ``count > MAXIMUM_STEP_LIMIT`` → force quit,
+  failed). There is no cap per episode unless ``max_steps`` > 0 is given (not bfcl's).
+- every tool of the entry's backend classes can be called, including miss_func tools
+  before their turn reveals them: bfcl executes any method of the involved instances, so
+  an early call to a held-out tool changes the state exactly as it does there.
+
+Each step also reports ``info["messages"]``: what the step adds to bfcl's chat history
+after the model's own message (one ``tool`` message per executed call, or the next
+``user`` message when the turn ended); ``reset`` reports the first user message. The
+rollout builds the policy's prompt from them (``roleagent.roles.actor.chat_messages``).
 
 Checks. At the end of every user turn the ground-truth calls of that turn are executed on
 a second set of fresh backends and compared with the model's backends using bfcl's own
@@ -23,9 +36,10 @@ when every turn passes; the first failing turn is the official error. Unlike bfc
 checking the later turns (without changing the verdict): that is the per-turn evidence
 the diagnosis uses.
 
-Deviation from bfcl, by design: bfcl's FC decoder returns no calls at all when one
-``<tool_call>`` block fails to parse (which then ends the turn); we execute the valid
-blocks, report the broken ones as errors, and keep the turn open.
+Remaining differences from bfcl's decoder: blocks need not have bfcl's exact newlines
+(``<tool_call>\\n…\\n</tool_call>``), duplicate keys and NaN/Infinity are decode failures
+(``parsing.strict_json_loads``), and an over-long step (``max_action_chars``) or one
+with more than ``max_calls_per_step`` calls is a decode failure (bfcl has no such limit).
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from roleagent.envs.bfcl.executor import Backends, CallRecord, tool_schemas
+from roleagent.envs.bfcl.executor import PARSE_ERROR, Backends, CallRecord, tool_schemas
 from roleagent.envs.bfcl.parsing import ParsedCall, parse_call_string, parse_turn, render_calls
 
 ADDITIONAL_FUNCTION_PROMPT = (
@@ -78,11 +92,11 @@ class TurnEvidence:
 
 class Episode:
     def __init__(self, entry: dict[str, Any], *, call_format: str = "qwen",
-                 max_steps: int = 20, max_steps_per_turn: int = 20,
+                 max_steps: int = 0, max_steps_per_turn: int = 20,
                  max_action_chars: int = 16384, max_calls_per_step: int = 64,
                  render_tools: Callable[[list[dict[str, Any]]], str] | None = None,
                  hint: Callable[[CallRecord, dict[str, Any]], str | None] | None = None,
-                 type_check: bool = True) -> None:
+                 type_check: bool = False) -> None:
         self.entry = entry
         self.call_format = call_format
         self.max_steps = max_steps
@@ -150,40 +164,56 @@ class Episode:
         parsed = parse_turn(text, self.call_format, max_chars=self.max_action_chars,
                             max_calls=self.max_calls_per_step)
         info: dict[str, Any] = {"turn": self.turn, "n_turns": len(self.turns), "calls": [],
-                                "turn_ended": False, "action_valid": parsed.error is None}
-        if parsed.has_calls:
-            records: list[CallRecord] = []
-            if parsed.error is not None:
-                obs = f"Error: {parsed.error}."
-            else:
-                records = [self.model.execute(c, self.available, self.type_check)
-                           for c in parsed.calls]
-                parts = []
-                for rec in records:
-                    if rec.decoded:  # executed, or rejected (bfcl: an error string)
-                        self.model_results.append(rec.result)
-                    text_out = rec.result
-                    if self.hint is not None and rec.failed:
-                        h = self.hint(rec, self.schemas.get(rec.name or "", {}))
-                        if h:
-                            text_out += f"\nHint: {h}"
-                    parts.append(text_out)
-                obs = self._format_results(parts)
-                info["action_valid"] = all(r.status != "parse_error" for r in records)
-            ev.steps.append([r.to_json() for r in records])
-            info["calls"] = [r.to_json() for r in records]
-            self.steps_in_turn += 1
-            if self.steps_in_turn > self.max_steps_per_turn:
-                return self._finish(forced=True, info=info)
-            if self.steps >= self.max_steps:
-                return self._finish(forced=True, info=info)
-            return obs, 0.0, False, info
-        # plain text: the user turn ends
+                                "turn_ended": False, "action_valid": True, "messages": []}
+        broken = self._decode_failure(parsed)
+        if broken:  # bfcl's decoder rejects the whole step: nothing runs, the turn ends
+            ev.steps.append([r.to_json() for r in broken])
+            info.update(calls=[r.to_json() for r in broken], action_valid=False,
+                        decode_error="; ".join(r.error or "" for r in broken))
+        elif parsed.has_calls:
+            return self._execute_step(ev, parsed, info)
+        return self._end_turn(ev, info)
+
+    def _decode_failure(self, parsed: Any) -> list[CallRecord]:
+        """The parse-error records of a step bfcl could not decode (empty if it could)."""
+        if parsed.error is not None:
+            return [CallRecord(None, {}, PARSE_ERROR, f"Error: {parsed.error}.",
+                               parsed.error, "parse_error")]
+        bad = [c for c in parsed.calls if c.error is not None]
+        return [self.model.execute(c, frozenset(), self.type_check) for c in bad]
+
+    def _execute_step(self, ev: TurnEvidence, parsed: Any,
+                      info: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+        # bfcl executes any method of the involved instances: ``available`` only decides
+        # which schemas the prompt shows (held-out miss_func tools run if called early)
+        callable_tools = frozenset(self.schemas)
+        records = [self.model.execute(c, callable_tools, self.type_check) for c in parsed.calls]
+        parts = []
+        for rec in records:
+            self.model_results.append(rec.result)  # every call here was decoded
+            text_out = rec.result
+            if self.hint is not None and rec.failed:
+                h = self.hint(rec, self.schemas.get(rec.name or "", {}))
+                if h:
+                    text_out += f"\nHint: {h}"
+            parts.append(text_out)
+        ev.steps.append([r.to_json() for r in records])
+        info["calls"] = [r.to_json() for r in records]
+        self.steps_in_turn += 1
+        if self.steps_in_turn > self.max_steps_per_turn:  # bfcl: count > MAXIMUM_STEP_LIMIT
+            return self._finish(forced=True, info=info)
+        if self.max_steps and self.steps >= self.max_steps:
+            return self._finish(forced=True, info=info)
+        info["messages"] = [{"role": "tool", "content": p} for p in parts]
+        return self._format_results(parts), 0.0, False, info
+
+    def _end_turn(self, ev: TurnEvidence,
+                  info: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
         info["turn_ended"] = True
         self._check_turn(ev)
         if self.turn + 1 >= len(self.turns):
             return self._finish(forced=False, info=info)
-        if self.steps >= self.max_steps:  # turns remain but the step budget is spent
+        if self.max_steps and self.steps >= self.max_steps:  # optional episode cap
             return self._finish(forced=True, info=info)
         self.turn += 1
         self.steps_in_turn = 0
@@ -191,7 +221,9 @@ class Episode:
         self.turns[self.turn].state_equal_before = bool(ev.state_equal)
         if self.turn in self.missed:
             self.available |= set(self.missed[self.turn])
-        return self.user_message(self.turn), 0.0, False, info
+        message = self.user_message(self.turn)
+        info["messages"] = [{"role": "user", "content": message}]
+        return message, 0.0, False, info
 
     def _format_results(self, parts: list[str]) -> str:
         if self.call_format == "qwen":

@@ -4,7 +4,13 @@ Two call formats:
 
 - ``"qwen"`` (default): one or more ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
   blocks anywhere in the turn (the Qwen2.5 / Hermes chat-template format). Text outside
-  the blocks is ignored. A turn with no ``<tool_call>`` tag is a plain-text answer.
+  the blocks is ignored; so is an opening tag that is never closed (bfcl's decoder,
+  ``QwenFCHandler._extract_tool_calls``, only sees complete blocks). A turn with no
+  complete block is a plain-text answer. The blocks are found with ``str.find`` in one
+  left-to-right pass (linear time; a lazy ``.*?`` regex is quadratic on a run of
+  unclosed tags). The JSON must be strict: a duplicated key or ``NaN``/``Infinity`` makes
+  the block a parse error (``json.loads`` would silently keep the last duplicate and
+  accept the non-standard constants).
 - ``"python"``: the BFCL prompting format ``[f(a=1, b='x'), g(c=[1, 2])]`` (or one bare
   call), optionally inside a ``` fence. It is parsed with ``ast.parse(mode="eval")``;
   every call must be a plain name (no attribute access such as ``x.__class__``), every
@@ -26,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CALL_FORMATS = ("qwen", "python")
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_FENCE_RE = re.compile(r"^```[a-zA-Z0-9_]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_FENCE_LANG_RE = re.compile(r"[A-Za-z0-9_]*")
 _LOOKS_LIKE_PY_CALL = re.compile(r"^\s*[\[\(]?\s*[A-Za-z_][\w.]*\s*\(")
 
 
@@ -66,24 +72,72 @@ def parse_turn(text: str, call_format: str = "qwen", *, max_chars: int = 16384,
 # ----------------------------------------------------------------- qwen / JSON -------
 
 
+def tool_call_blocks(text: str) -> list[str]:
+    """The bodies of the complete ``<tool_call>…</tool_call>`` blocks, in order (each body
+    ends at the first closing tag after its opening tag), in one linear pass.
+
+    >>> tool_call_blocks("a<tool_call>1</tool_call>b<tool_call>2</tool_call><tool_call>3")
+    ['1', '2']
+    """
+    blocks: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(_OPEN, pos)
+        if start < 0:
+            return blocks
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end < 0:  # unclosed: no complete block can start at or after this point
+            return blocks
+        blocks.append(text[start + len(_OPEN):end])
+        pos = end + len(_CLOSE)
+
+
 def _parse_qwen(text: str) -> ParsedTurn:
-    blocks = _TOOL_CALL_RE.findall(text)
-    rest = _TOOL_CALL_RE.sub("", text)
-    unclosed = "<tool_call>" in rest
-    if not blocks and not unclosed:
+    blocks = tool_call_blocks(text)
+    if not blocks:
         return ParsedTurn(False, [])
-    calls = [_parse_json_call(block) for block in blocks]
-    if unclosed:
-        calls.append(ParsedCall(None, raw=rest[rest.index("<tool_call>"):][:200],
-                                error="unclosed <tool_call> tag"))
-    return ParsedTurn(True, calls)
+    return ParsedTurn(True, [_parse_json_call(block) for block in blocks])
+
+
+class _StrictJSONError(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _StrictJSONError(f"duplicate key {key[:50]!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _StrictJSONError(f"{name} is not allowed (not standard JSON)")
+
+
+def strict_json_loads(text: str) -> Any:
+    """``json.loads`` that rejects duplicate object keys and ``NaN``/``Infinity``.
+
+    >>> strict_json_loads('{"a": 1, "b": [2]}')
+    {'a': 1, 'b': [2]}
+    >>> for bad in ('{"a": 1, "a": 2}', '{"a": NaN}', '[-Infinity]'):
+    ...     try:
+    ...         strict_json_loads(bad)
+    ...     except ValueError as exc:
+    ...         print(exc)
+    duplicate key 'a'
+    NaN is not allowed (not standard JSON)
+    -Infinity is not allowed (not standard JSON)
+    """
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
 
 
 def _parse_json_call(block: str) -> ParsedCall:
     raw = block.strip()
     try:
-        obj = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+        obj = strict_json_loads(raw)
+    except (ValueError, RecursionError) as exc:  # _StrictJSONError is a ValueError
         return ParsedCall(None, raw=raw[:200], error=f"tool call is not valid JSON: {exc}")
     if not isinstance(obj, dict):
         return ParsedCall(None, raw=raw[:200], error="tool call must be a JSON object")
@@ -91,7 +145,7 @@ def _parse_json_call(block: str) -> ParsedCall:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models double-encode the arguments
         try:
-            args = json.loads(args) if args.strip() else {}
+            args = strict_json_loads(args) if args.strip() else {}
         except (ValueError, RecursionError):
             return ParsedCall(name if isinstance(name, str) else None, raw=raw[:200],
                               error="'arguments' is a string that is not a JSON object")
@@ -108,10 +162,7 @@ def _parse_json_call(block: str) -> ParsedCall:
 
 
 def _parse_python(text: str) -> ParsedTurn:
-    body = text.strip()
-    fence = _FENCE_RE.match(body)
-    if fence:
-        body = fence.group(1).strip()
+    body = _unfence(text.strip())
     if not body:
         return ParsedTurn(False, [])
     try:
@@ -133,6 +184,18 @@ def _parse_python(text: str) -> ParsedTurn:
     else:
         return ParsedTurn(False, [])
     return ParsedTurn(True, [parse_python_call(node, body) for node in nodes])
+
+
+def _unfence(body: str) -> str:
+    """The inside of a markdown code fence around the whole text (else the text as is).
+
+    >>> _unfence("```python\\n[ls()]\\n```")
+    '[ls()]'
+    """
+    if len(body) >= 6 and body.startswith("```") and body.endswith("```"):
+        inner = body[3:-3]
+        return inner[_FENCE_LANG_RE.match(inner).end():].strip()
+    return body
 
 
 def parse_python_call(node: ast.Call, source: str = "") -> ParsedCall:

@@ -15,13 +15,15 @@ from typing import Any
 from roleagent.envs.bfcl.report import bfcl_table
 
 
-def replay(env: Any, tasks: list[Any]) -> dict[str, Any]:
+def replay(env: Any, tasks: list[Any], max_steps: int = 0) -> dict[str, Any]:
+    """Play each task with the expert, at most ``max_steps`` steps (0: ``env.max_steps``,
+    the rollout's own bound); the env's own limits (steps per user turn) apply inside."""
     results: dict[str, bool] = {}
     failures: list[tuple[str, Any]] = []
     for task in tasks:
         env.reset(task, seed=0)
         result = None
-        for _ in range(env.max_steps):
+        for _ in range(max_steps or env.max_steps):
             result = env.step(env.expert_action())
             if result.done:
                 break
@@ -38,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--split", default="eval")
     parser.add_argument("--call-format", default="qwen")
-    parser.add_argument("--no-type-check", action="store_true")
+    parser.add_argument("--type-check", action="store_true",
+                        help="reject type-violating calls (bfcl executes them)")
     parser.add_argument("--limit", type=int, default=0, help="tasks per category (0: all)")
     args = parser.parse_args(argv)
-    env = BFCLEnv(call_format=args.call_format, type_check=not args.no_type_check)
+    env = BFCLEnv(call_format=args.call_format, type_check=args.type_check)
     tasks = env.tasks(args.split)
     if args.limit:
         seen: dict[str, int] = {}
