@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import time
 
 import pytest
 
@@ -151,3 +152,149 @@ def test_plain_text_with_code_is_just_text(no_eval):
     env.reset(_task("multi_turn_base_1"), seed=0)
     r = env.step("print(__import__('os').listdir('/'))  # not a tool call, just talk")
     assert r.info["turn_ended"] and r.info["calls"] == []
+
+
+# ------------------------------------------------ nothing a model writes kills a run ---
+
+
+def _bfcl_pool():
+    from roleagent.envs.workers import EnvPool  # noqa: PLC0415
+
+    return EnvPool("bfcl", {"max_steps": 200, "max_steps_per_turn": 200}, slots=1, processes=False)
+
+
+def _first_with(backend: str, category: str = "base") -> str:
+    """The first entry of ``category`` whose backends include ``backend``."""
+    ids = [i for s in ("train", "eval") for i in data.split_ids(s)]
+    return next(i for i in ids if backend in data.entry(i)["involved_classes"]
+                and data.entry(i)["category"] == category)
+
+
+def test_undecodable_file_name_reaches_the_tokenizer_as_text(tiny_policy):
+    """A JSON ``"\\ud800"`` file name comes back in bfcl's error messages (the call
+    records' ``error``, ``arguments``, results); none of it may reach the tokenizer, the
+    logs or the memory as a lone surrogate."""
+    from roleagent.engine.hf import HFEngine  # noqa: PLC0415
+
+    engine = HFEngine(tiny_policy)
+    with _bfcl_pool() as pool:
+        pool.reset([(0, _task("multi_turn_base_3"), 0)])
+        for name, arguments in [("cd", {"folder": "\\ud800"}), ("mkdir", {"dir_name": "\\ud800"}),
+                                ("mv", {"source": "\\ud800", "destination": "q"})]:
+            action = ('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+                      % (name, json.dumps(arguments).replace("\\\\", "\\")))
+            reply = pool.step([(0, action)])[0]
+            assert not reply.crashed
+            call = reply.info["calls"][0]
+            assert "\ufffd" in json.dumps(call, ensure_ascii=False), call
+            text = json.dumps(reply.info, ensure_ascii=False) + reply.observation
+            text.encode("utf-8")
+            shown = f"{reply.observation}\n{call['name']}({call['arguments']}): {call['error'] or call['result']}"
+            assert engine.encode_chat([{"role": "user", "content": shown}])  # raised before
+
+
+def test_result_formatting_error_is_an_exec_error_not_a_crash():
+    with _bfcl_pool() as pool:
+        pool.reset([(0, _task(_first_with("MathAPI")), 0)])
+        reply = pool.step([(0, _qwen("power", {"base": 10, "exponent": 5000}))])[0]
+    assert not reply.crashed and not reply.done
+    call = reply.info["calls"][0]
+    assert call["status"] == "exec_error" and "4300 digits" in call["result"]
+    assert "Error during execution" in reply.observation
+
+
+def test_costly_arguments_are_refused_quickly_and_contexts_restored():
+    import decimal  # noqa: PLC0415
+
+    import mpmath  # noqa: PLC0415
+
+    env = BFCLEnv(max_steps=200, max_steps_per_turn=200)
+    env.reset(_task(_first_with("MathAPI")), seed=0)
+    prec, dps = decimal.getcontext().prec, mpmath.mp.dps
+    for name, arguments in [("square_root", {"number": 2, "precision": 10**6}),
+                            ("logarithm", {"value": 2, "base": 3, "precision": 10**6}),
+                            ("power", {"base": 10, "exponent": 10**8}),
+                            ("round_number", {"number": 5, "decimal_places": -10**8})]:
+        started = time.perf_counter()
+        call = env.step(_qwen(name, arguments)).info["calls"][0]
+        assert time.perf_counter() - started < 1.0, name
+        assert call["status"] == "exec_error" and call["error_kind"] == "resource_limit", call
+    call = env.step(_qwen("square_root", {"number": 2, "precision": 40})).info["calls"][0]
+    assert call["status"] == "ok" and "1.41421356237309504880168872420969807857" in call["result"]
+    env.step(_qwen("logarithm", {"value": 2, "base": 3, "precision": 60}))
+    assert (decimal.getcontext().prec, mpmath.mp.dps) == (prec, dps)
+
+
+def test_tool_call_cpu_deadline(monkeypatch):
+    from roleagent.envs.bfcl import executor  # noqa: PLC0415
+
+    env = BFCLEnv()
+    env.reset(_task("multi_turn_base_3"), seed=0)
+    fs_class = type(env.episode.model.instances["GorillaFileSystem"])
+
+    def spinning_pwd(self):  # a backend that loops and swallows every Exception
+        self.spun = True
+        while True:
+            try:
+                sum(range(1000))
+            except Exception:  # noqa: BLE001, S112
+                continue
+
+    monkeypatch.setattr(fs_class, "pwd", spinning_pwd)
+    monkeypatch.setattr(executor, "CALL_CPU_SECONDS", 0.3, raising=False)
+    env.reset(_task("multi_turn_base_3"), seed=0)
+    before = env.episode.model.snapshot()
+    started = time.process_time()
+    r = env.step(_qwen("pwd", {}))
+    assert time.process_time() - started < 3.0
+    call = r.info["calls"][0]
+    assert not r.done and call["status"] == "exec_error" and call["error_kind"] == "resource_limit"
+    assert "CPU time" in call["result"]
+    assert env.episode.model.snapshot() == before  # undone, ``spun`` included
+
+
+def test_file_system_growth_and_observation_are_bounded():
+    # each round nests two shared copies of ``a`` in a new ``a``: find's paths double
+    round_ = "\n".join([_qwen("mkdir", {"dir_name": "t"}), _qwen("cp", {"source": "a", "destination": "t"}),
+                        _qwen("cd", {"folder": "t"}), _qwen("cp", {"source": "a", "destination": "b"}),
+                        _qwen("cd", {"folder": ".."}), _qwen("rm", {"file_name": "a"}),
+                        _qwen("mv", {"source": "t", "destination": "a"}), _qwen("find", {"path": "."})])
+    with _bfcl_pool() as pool:
+        pool.reset([(0, _task("multi_turn_base_3"), 0)])
+        pool.step([(0, _qwen("mkdir", {"dir_name": "a"}))])
+        limit = getattr(pool.meta, "max_observation_chars", 131072)
+        kinds = []
+        for _ in range(14):
+            reply = pool.step([(0, round_)])[0]
+            assert not reply.crashed and len(reply.observation) <= limit + 100
+            kinds += [c["error_kind"] for c in reply.info["calls"]]
+        fs = pool._slots[0].env.episode.model.instances["GorillaFileSystem"]
+        from roleagent.envs.bfcl.executor import MAX_STATE_ITEMS, state_size  # noqa: PLC0415
+        assert state_size(fs, 10**7, 10**9)[0] <= 2 * MAX_STATE_ITEMS
+    assert "resource_limit" in kinds
+    assert "characters truncated ..." in reply.observation or len(reply.observation) < limit
+
+
+def test_long_context_travel_state_does_not_leak_between_episodes():
+    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.long_context import (  # noqa: PLC0415
+        CREDIT_CARD_EXTENSION)
+
+    entry_id = _first_with("TravelAPI", "long_context")
+    card = next(iter(CREDIT_CARD_EXTENSION))
+    original = CREDIT_CARD_EXTENSION[card]["balance"]
+    env = BFCLEnv(max_steps=200, max_steps_per_turn=200)
+    balances = []
+    for _ in range(2):
+        env.reset(_task(entry_id), seed=0)
+        travel = env.episode.model.instances["TravelAPI"]
+        balances.append(travel.credit_card_list[card]["balance"])
+        travel.budget_limit = None
+        token = json.loads(env.step(_qwen("authenticate_travel", {
+            "client_id": "c", "client_secret": "s", "refresh_token": "r", "grant_type": "read_write",
+            "user_first_name": "A", "user_last_name": "B"})).info["calls"][0]["result"])["access_token"]
+        r = env.step(_qwen("book_flight", {
+            "access_token": token, "card_id": card, "travel_date": "2024-11-15", "travel_from": "SFO",
+            "travel_to": "LAX", "travel_class": "economy", "travel_cost": 100.0}))
+        assert r.info["calls"][0]["status"] == "ok", r.info["calls"][0]
+    assert balances == [original, original]
+    assert CREDIT_CARD_EXTENSION[card]["balance"] == original

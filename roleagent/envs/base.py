@@ -45,6 +45,13 @@ class Environment:
     table_columns: dict[str, str] = {}
     #: Methods trainer hooks may call on every worker's instance (``EnvPool.call_all``).
     remote_methods: tuple[str, ...] = ()
+    #: Longer observations keep head and tail around a truncation note (0: no cap). The
+    #: largest legitimate one we know: 70,531 characters (a BFCL long-context turn).
+    max_observation_chars: int = 131072
+    #: CPU seconds one ``step`` may use before it fails with ``DeadlineExceeded``
+    #: (0: no limit; enforced in worker processes and in the main thread, see
+    #: ``roleagent.envs.safety.cpu_deadline``).
+    step_cpu_seconds: float = 60.0
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of a split ("train", "eval", or an environment's own panel names)."""
@@ -58,6 +65,16 @@ class Environment:
 
     def step(self, action: str) -> StepResult:
         raise NotImplementedError
+
+    def step_failed(self, action: str, error: BaseException) -> StepResult:
+        """The result of a ``step`` that raised. What a model writes can make an
+        environment raise; that is the model's failure, not an infrastructure fault, so
+        the step becomes an error observation instead of a crashed episode. The default
+        ends the episode as a failure (the environment's state after an exception is not
+        trusted); an environment whose state stays consistent may continue instead."""
+        message = f"{type(error).__name__}: {error}"[:500]
+        return StepResult(f"Error: the environment could not process this action ({message}).",
+                          0.0, True, {"success": False, "step_error": message})
 
     def admissible_actions(self) -> list[str] | None:
         """Valid commands in the current state, or None when the environment has none."""

@@ -4,7 +4,12 @@
 all slots are sent first and answers collected afterwards, so slow environments (ALFWorld
 resets, JVM-backed ScienceWorld) step in parallel. A worker that dies or hangs is
 restarted; the episode it was playing ends with ``info["crashed"] = True`` and the
-rollout goes on.
+rollout goes on. Only such infrastructure faults (a dead worker, no answer within
+``timeout`` seconds, a reply that cannot be sent) count as crashed: a ``step`` that
+raises, or exceeds the environment's ``step_cpu_seconds``, is the action's failure and
+becomes an error observation (``Environment.step_failed``), so a policy cannot erase its
+own failures from the batch. Every reply is sanitized and its observation capped
+(``roleagent.envs.safety``), in worker processes and in-process alike.
 
 Workers are started with the ``spawn`` method: they never touch torch, and spawning keeps
 the parent's torch threads and CUDA state out of the children.
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 from roleagent.envs.base import Environment, StepResult, factory_of, instantiate, make_env
+from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, sanitize, sanitize_text, truncate
 from roleagent.types import Task, Trajectory
 
 
@@ -37,16 +43,51 @@ class EnvReply:
 
 
 def _handle(env: Environment, command: str, args: tuple) -> Any:
+    """Run one command on ``env``; every reply is sanitized (``safety.sanitize``)."""
+    return sanitize(_dispatch(env, command, args))
+
+
+def _reply(env: Environment, observation: str, result: StepResult | None, info: dict | None) -> EnvReply:
+    observation = truncate(sanitize_text(str(observation)), env.max_observation_chars)
+    if result is None:
+        return EnvReply(observation, env.state_key(observation), info=info,
+                        admissible=env.admissible_actions())
+    return EnvReply(observation, env.state_key(observation), float(result.reward), bool(result.done),
+                    info, env.admissible_actions())
+
+
+def _step(env: Environment, action: str) -> EnvReply:
+    """``env.step`` under its CPU deadline. An exception raised while stepping (or while
+    reading the state key and admissible actions after it) is the action's failure:
+    ``env.step_failed`` turns it into an error observation, never into a crash."""
+    try:
+        with cpu_deadline(env.step_cpu_seconds):
+            result: StepResult = env.step(action)
+            return _reply(env, result.observation, result, result.info)
+    except (Exception, DeadlineExceeded) as error:  # noqa: BLE001 - model-caused: not a crash
+        result = env.step_failed(action, error)
+        info = dict(result.info or {})
+        info.setdefault("step_error", _describe(error))
+        try:
+            return _reply(env, result.observation, result, info)
+        except Exception:  # noqa: BLE001 - the state itself is broken: end the episode
+            return EnvReply(sanitize_text(result.observation), None, float(result.reward), True, info, None)
+
+
+def _describe(error: BaseException) -> str:
+    try:
+        return f"{type(error).__name__}: {error}"[:500]
+    except Exception:  # noqa: BLE001 - str() of an exception can itself raise
+        return type(error).__name__
+
+
+def _dispatch(env: Environment, command: str, args: tuple) -> Any:
     if command == "reset":
         task, seed = args
         observation, info = env.reset(task, seed)
-        return EnvReply(observation, env.state_key(observation), info=info, admissible=env.admissible_actions())
+        return _reply(env, observation, None, info)
     if command == "step":
-        result: StepResult = env.step(args[0])
-        return EnvReply(
-            result.observation, env.state_key(result.observation), result.reward, result.done,
-            result.info, env.admissible_actions(),
-        )
+        return _step(env, args[0])
     if command == "expert_action":
         return env.expert_action()
     if command == "diagnose":
@@ -200,7 +241,7 @@ class EnvPool:
         for status, value in replies:
             if status == "ok":
                 out.append(value)
-            else:  # crashed or raised: end the episode, mark it, carry on
+            else:  # the worker died, hung or could not reply: end the episode, mark it, carry on
                 out.append(EnvReply("", None, 0.0, True, {"crashed": True, "error": value}, None, crashed=True))
         return out
 
@@ -209,7 +250,7 @@ class EnvPool:
                 for status, value in self._call_many("expert_action", [(s, ()) for s in slots])]
 
     def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
-        return self.meta.diagnose(trajectory)
+        return sanitize(self.meta.diagnose(trajectory))
 
     def diagnose_many(self, trajectories: list[Trajectory]) -> list[tuple[str, Any]]:
         """Replay-diagnose on the worker slots, ``size`` trajectories at a time, each

@@ -21,25 +21,63 @@ and invokes a method only after these checks:
 A rejected call is never executed. Results are stringified as bfcl does (str as is, dict
 via ``json.dumps``, else ``str``; exceptions as ``"Error during execution: ..."``), so
 the official response checker sees the same strings it would see in bfcl.
+
+Bounds (what a model writes cannot stall the worker or grow without limit):
+
+5. arguments that set the cost of a single C-level operation are capped before the call
+   (``COST_LIMITS``: MathAPI's ``precision``, an integer ``power``'s result size,
+   ``round_number``'s ``decimal_places``); Python checks signals only between bytecodes,
+   so no deadline could interrupt such a call;
+6. the call and the stringification of its result run under a CPU-time deadline
+   (``call_cpu_seconds``, ``roleagent.envs.safety.cpu_deadline``); an exception there,
+   the deadline included, is an ``exec_error`` result like any backend exception;
+7. a call that leaves its backend's state over ``max_state_items`` containers/entries
+   or ``max_state_chars`` characters is undone (the state is restored from a copy taken
+   before the call) and reported as an ``exec_error``: five ``cp`` calls can otherwise
+   double a file system each time;
+8. global numeric contexts the backends set (``decimal``'s precision, ``mpmath``'s
+   ``dps``) are restored after every call, and each instance's state is deep-copied
+   after ``_load_scenario`` so no episode shares a module-level default (long-context
+   TravelAPI otherwise aliases ``CREDIT_CARD_EXTENSION``'s dicts, and a booking in one
+   episode changed the balances of the next).
 """
 
 from __future__ import annotations
 
 import copy
+import decimal
 import importlib
 import inspect
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from roleagent.envs.bfcl.data import BACKENDS, STATELESS_CLASSES, func_docs
 from roleagent.envs.bfcl.parsing import ParsedCall
+from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, truncate
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 OK, TOOL_ERROR, EXEC_ERROR, REJECTED, PARSE_ERROR = (
     "ok", "tool_error", "exec_error", "rejected", "parse_error")
+
+#: CPU seconds one tool call (with the stringification of its result) may use.
+CALL_CPU_SECONDS = 5.0
+#: A backend state past either bound after a call undoes the call. The largest initial
+#: initial states of the 800 entries have at most 277 entries and 74,568 characters
+#: (``state_size``).
+MAX_STATE_ITEMS = 50_000
+MAX_STATE_CHARS = 4_000_000
+#: Characters of a result or error kept in ``CallRecord.to_json`` (the observation itself
+#: is capped by ``Environment.max_observation_chars``).
+RECORD_CHARS = 4096
+#: Largest ``precision`` (digits) for MathAPI, largest integer ``power`` result (bits),
+#: largest ``|decimal_places|``. The ground truth uses at most a few digits.
+MAX_PRECISION = 10_000
+MAX_POWER_BITS = 1_000_000
+MAX_DECIMAL_PLACES = 10_000
 
 
 @dataclass
@@ -68,8 +106,11 @@ class CallRecord:
         return self.status != OK
 
     def to_json(self) -> dict[str, Any]:
+        """The record for ``info["calls"]`` and the diagnosis; long texts are capped."""
         return {"name": self.name, "arguments": _jsonable(self.arguments), "status": self.status,
-                "result": self.result, "error": self.error, "error_kind": self.error_kind}
+                "result": truncate(self.result, RECORD_CHARS),
+                "error": None if self.error is None else truncate(self.error, RECORD_CHARS),
+                "error_kind": self.error_kind}
 
 
 def _jsonable(value: Any) -> Any:
@@ -77,7 +118,10 @@ def _jsonable(value: Any) -> Any:
         json.dumps(value)
         return value
     except (TypeError, ValueError):
-        return repr(value)
+        try:
+            return truncate(repr(value), RECORD_CHARS)
+        except ValueError:  # e.g. an int beyond Python's digit limit for str()
+            return f"<{type(value).__name__}>"
 
 
 def format_result(value: Any) -> str:
@@ -101,12 +145,81 @@ def tool_schemas(involved_classes: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def cost_problem(name: str, kwargs: dict[str, Any]) -> str | None:
+    """Why a call's arguments would make one uninterruptible C-level operation too costly
+    (rule 5), or None. E.g. ``power(base=10, exponent=10**7)`` (a 33-million-bit integer):
+    ``"power: the integer result would have about 30000001 bits (limit 1000000)"``."""
+    if name in ("square_root", "logarithm"):
+        precision = kwargs.get("precision")
+        if isinstance(precision, int) and abs(precision) > MAX_PRECISION:
+            return f"{name}: precision {precision} exceeds the limit of {MAX_PRECISION} digits"
+    if name == "round_number":
+        places = kwargs.get("decimal_places")
+        if isinstance(places, int) and abs(places) > MAX_DECIMAL_PLACES:
+            return f"round_number: decimal_places {places} exceeds the limit of {MAX_DECIMAL_PLACES}"
+    if name == "power":
+        base, exponent = kwargs.get("base"), kwargs.get("exponent")
+        if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
+            bits = exponent * (abs(base).bit_length() - 1) + 1  # lower bound of the size
+            if bits > MAX_POWER_BITS:
+                return (f"power: the integer result would have about {bits} bits "
+                        f"(limit {MAX_POWER_BITS})")
+    return None
+
+
+def state_size(obj: Any, max_items: int = MAX_STATE_ITEMS,
+               max_chars: int = MAX_STATE_CHARS) -> tuple[int, int]:
+    """(entries, characters) of the *logical* state of ``obj``: what a walk over every
+    path enumerates (GorillaFileSystem's ``find``). Containers and objects' ``__dict__``
+    are walked; an object reached again through a container is walked again (bfcl's
+    ``cp`` shares the children of a copied directory, so paths multiply while memory
+    does not), an object reached again through an attribute (a ``parent`` link) is not,
+    and a string counts once per object level above it (a path repeats its ancestors'
+    names). Stops once a bound is passed, so the walk is bounded. E.g. for
+    ``{"a": ["xy", "z"]}``: the dict entry, the list and its two items are 4 entries,
+    ``a``, ``xy`` and ``z`` are 4 characters."""
+    items = chars = 0
+    seen: set[int] = set()
+    stack: list[tuple[Any, int, bool]] = [(obj, 1, False)]  # value, object level, via attribute
+    while stack and items <= max_items and chars <= max_chars:
+        value, level, via_attribute = stack.pop()
+        if isinstance(value, (str, bytes)):
+            chars += len(value) * level
+        elif isinstance(value, dict):
+            items += len(value)
+            stack.extend((k, level, False) for k in value)
+            stack.extend((v, level, False) for v in value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            items += len(value)
+            stack.extend((v, level, False) for v in value)
+        elif hasattr(value, "__dict__") and not callable(value):
+            if via_attribute and id(value) in seen:
+                continue  # a parent link or another alias of an object already walked
+            seen.add(id(value))
+            items += 1
+            stack.extend((attr, level + 1, True) for attr in vars(value).values())
+    return items, chars
+
+
+@contextmanager
+def _numeric_contexts() -> Iterator[None]:
+    """Restore ``decimal``'s precision and ``mpmath``'s ``dps`` after a call (rule 8)."""
+    import mpmath  # noqa: PLC0415 - a dependency of bfcl_eval's MathAPI
+
+    prec, dps = decimal.getcontext().prec, mpmath.mp.dps
+    try:
+        yield
+    finally:
+        decimal.getcontext().prec, mpmath.mp.dps = prec, dps
+
+
 class Backends:
     """The backend instances of one episode (or of its ground-truth replay)."""
 
     def __init__(self, involved_classes: list[str], initial_config: dict[str, Any],
-                 long_context: bool) -> None:
+                 long_context: bool, call_cpu_seconds: float | None = None) -> None:
         self.instances: dict[str, Any] = {}
+        self.call_cpu_seconds = CALL_CPU_SECONDS if call_cpu_seconds is None else call_cpu_seconds
         for class_name in involved_classes:
             module_name, _ = BACKENDS[class_name]
             cls = getattr(importlib.import_module(module_name), class_name)
@@ -114,6 +227,8 @@ class Backends:
             if class_name not in STATELESS_CLASSES:
                 instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})),
                                         long_context=long_context)
+                # _load_scenario may keep references to module-level defaults (rule 8)
+                instance.__dict__ = copy.deepcopy(instance.__dict__)
             self.instances[class_name] = instance
         self.schemas = tool_schemas(involved_classes)
 
@@ -182,20 +297,53 @@ class Backends:
         if not inspect.ismethod(bound) or bound.__self__ is not instance:
             return CallRecord(name, kwargs, REJECTED, "Error: not a tool method.", "not a tool method",
                               "unknown_tool", call.raw)
+        problem = cost_problem(name, kwargs)
+        if problem:
+            return CallRecord(name, kwargs, EXEC_ERROR, f"Error during execution: {problem}",
+                              problem, "resource_limit", call.raw)
+        stateful = type(instance).__name__ not in STATELESS_CLASSES
+        saved = copy.deepcopy(instance.__dict__) if stateful else None
         try:
-            value = bound(**kwargs)
+            with _numeric_contexts(), cpu_deadline(self.call_cpu_seconds):
+                value = bound(**kwargs)
+                result = format_result(value)
+        except DeadlineExceeded:
+            return self._undo(instance, saved, name, kwargs, call.raw,
+                              f"the call used more than {self.call_cpu_seconds:g} s of CPU time")
         except Exception as exc:  # noqa: BLE001 - a backend error is an observation
-            message = f"Error during execution: {exc}"
-            return CallRecord(name, kwargs, EXEC_ERROR, message, str(exc), "exec_error", call.raw)
-        result = format_result(value)
+            message = f"Error during execution: {_message(exc)}"
+            return CallRecord(name, kwargs, EXEC_ERROR, message, _message(exc), "exec_error", call.raw)
+        if stateful:
+            items, chars = state_size(instance)
+            if items > MAX_STATE_ITEMS or chars > MAX_STATE_CHARS:
+                return self._undo(instance, saved, name, kwargs, call.raw,
+                                  f"the call would grow the {type(instance).__name__} state past "
+                                  f"{MAX_STATE_ITEMS} entries or {MAX_STATE_CHARS} characters")
         if isinstance(value, dict) and "error" in value:
             return CallRecord(name, kwargs, TOOL_ERROR, result, str(value["error"]), "tool_error", call.raw)
         return CallRecord(name, kwargs, OK, result, None, None, call.raw)
+
+    @staticmethod
+    def _undo(instance: Any, saved: dict[str, Any] | None, name: str, kwargs: dict[str, Any],
+              raw: str, why: str) -> CallRecord:
+        """Restore the state from before the call and report it as a resource limit."""
+        if saved is not None:
+            instance.__dict__ = saved
+        message = f"{why}; it was undone"
+        return CallRecord(name, kwargs, EXEC_ERROR, f"Error during execution: {message}",
+                          message, "resource_limit", raw)
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """Public attributes of every instance (what bfcl's state checker compares)."""
         return {c: {k: copy.deepcopy(v) for k, v in vars(i).items() if not k.startswith("_")}
                 for c, i in self.instances.items()}
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - str() of an exception can itself raise
+        return type(exc).__name__
 
 
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
