@@ -3,7 +3,11 @@
 The reference is written the way verl-agent's ``gigpo/core_gigpo.py`` computes GiGPO (python
 dicts and per-sample loops: ``compute_step_discounted_returns``, ``episode_norm_reward``,
 ``build_step_group``, ``step_norm_reward``) — our own code, in float64, calling our
-``lms_score`` where verl-agent calls ``SequenceMatcher.ratio``. The batch is ALFWorld-sized:
+``lms_score`` where verl-agent calls ``SequenceMatcher.ratio``. The invalid-action penalty
+(0.1) is placed as verl-agent places it (``apply_invalid_action_penalty`` in
+``verl/trainer/ppo/ray_trainer.py``): step returns and episode scores are computed from the
+raw environment rewards, then the penalty is subtracted from the invalid sample's own step
+return and its own episode score; the vectorised side gets raw rewards plus ``penalties``. The batch is ALFWorld-sized:
 16 tasks × 8 rollouts × up to 50 steps, with templated, heavily repeated observations
 (identical start state per task, revisited receptacles, "Nothing happens.") and
 near-duplicates (a receptacle seen again after an object was taken), seeded.
@@ -22,10 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from roleagent.algos import apply_invalid_penalty, build_state_groups, gigpo_advantages, lms_score
+from roleagent.algos import build_state_groups, gigpo_advantages, lms_score
 
 N_TASKS, GROUP_SIZE, MAX_STEPS = 16, 8, 50
-GAMMA, EPS, THRESHOLD = 0.95, 1e-6, 0.9
+GAMMA, EPS, THRESHOLD, PENALTY = 0.95, 1e-6, 0.9, 0.1
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "shelf", "sinkbasin", "stoveburner", "microwave",
                "garbagecan", "diningtable"]
@@ -42,7 +46,7 @@ def _listing(objs: list[str]) -> str:
 
 
 def make_batch(seed: int = 0):
-    """Flattened step samples of an ALFWorld-like batch: (group_ids, traj_ids, rewards, valid, obs)."""
+    """Flattened step samples of an ALFWorld-like batch: (group_ids, traj_ids, raw env rewards, valid, obs)."""
     rng = np.random.default_rng(seed)
     group_ids, traj_ids, rewards, valid, obs = [], [], [], [], []
     for task in range(N_TASKS):
@@ -84,8 +88,7 @@ def make_batch(seed: int = 0):
                         current = f"You arrive at {here}. The {here} is closed."
                     else:
                         current = f"You arrive at {here}. On the {here}, you see {_listing(layout[here])}."
-    rewards = apply_invalid_penalty(np.array(rewards), np.array(valid), penalty=0.1)
-    return np.array(group_ids), np.array(traj_ids), rewards, np.array(valid), obs
+    return np.array(group_ids), np.array(traj_ids), np.array(rewards), np.array(valid), obs
 
 
 # ----------------------------- loop reference (verl-agent style) -----------------------------
@@ -102,11 +105,24 @@ def ref_step_returns(traj_ids, rewards, gamma):
     return out
 
 
-def ref_episode_norm(rewards, index, traj_ids, remove_std):
+def ref_episode_scores(traj_ids, rewards):
     totals = defaultdict(float)
     for uid, r in zip(traj_ids, rewards):
         totals[uid] += r
-    scores = [totals[uid] for uid in traj_ids]
+    return np.array([totals[uid] for uid in traj_ids])
+
+
+def ref_apply_invalid_penalty(step_returns, scores, valid):
+    """verl-agent: −penalty on the invalid sample's own step return and own episode score."""
+    step_returns, scores = step_returns.copy(), scores.copy()
+    for i in range(len(valid)):
+        if not valid[i]:
+            step_returns[i] -= PENALTY
+            scores[i] -= PENALTY
+    return step_returns, scores
+
+
+def ref_episode_norm(scores, index, remove_std):
     id2score = defaultdict(list)
     for i in range(len(scores)):
         id2score[index[i]].append(scores[i])  # every step sample counts
@@ -164,11 +180,13 @@ def ref_step_norm(values, step_uids, remove_std):
     return out
 
 
-def ref_gigpo(group_ids, traj_ids, rewards, obs, mode, threshold):
+def ref_gigpo(group_ids, traj_ids, rewards, valid, obs, mode, threshold):
     remove_std = mode == "mean_norm"
-    episode = ref_episode_norm(rewards, group_ids, traj_ids, remove_std)
+    step_returns, scores = ref_apply_invalid_penalty(
+        ref_step_returns(traj_ids, rewards, GAMMA), ref_episode_scores(traj_ids, rewards), valid)
+    episode = ref_episode_norm(scores, group_ids, remove_std)
     step_uids = ref_build_step_group(obs, group_ids, threshold)
-    step = ref_step_norm(ref_step_returns(traj_ids, rewards, GAMMA), step_uids, remove_std)
+    step = ref_step_norm(step_returns, step_uids, remove_std)
     return episode + 1.0 * step
 
 
@@ -185,7 +203,8 @@ def _best_of(fn, repeats):
 
 
 def main() -> None:
-    group_ids, traj_ids, rewards, _, obs = make_batch(seed=0)
+    group_ids, traj_ids, rewards, valid, obs = make_batch(seed=0)
+    penalties = PENALTY * ~valid
     n = len(rewards)
     print(f"batch: {N_TASKS} groups x {GROUP_SIZE} rollouts, {n} step samples, "
           f"{len(set(obs))} distinct observations, gamma={GAMMA}")
@@ -195,9 +214,9 @@ def main() -> None:
         n_anchor = int(anchors.max()) + 1
         singletons = int(np.sum(np.bincount(anchors) == 1))
         for mode in ("mean_std_norm", "mean_norm"):
-            ref_t, ref = _best_of(lambda: ref_gigpo(group_ids, traj_ids, rewards, obs, mode, thr), 1 if thr else 3)
-            vec_t, vec = _best_of(lambda: gigpo_advantages(group_ids, traj_ids, rewards, obs, gamma=GAMMA, mode=mode,
-                                                           similarity_threshold=thr), 5)
+            ref_t, ref = _best_of(lambda: ref_gigpo(group_ids, traj_ids, rewards, valid, obs, mode, thr), 1 if thr else 3)
+            vec_t, vec = _best_of(lambda: gigpo_advantages(group_ids, traj_ids, rewards, obs, penalties=penalties,
+                                                           gamma=GAMMA, mode=mode, similarity_threshold=thr), 5)
             assert np.allclose(vec, ref, atol=1e-6, rtol=0.0), f"{label}/{mode}: mismatch"
             rows.append((label, mode, n_anchor, singletons, ref_t, vec_t, float(np.max(np.abs(vec - ref)))))
     header = ("anchors", "mode", "groups", "single", "loop ms", "vector ms", "speed-up", "max|diff|")

@@ -62,9 +62,9 @@ class RolloutConfig:
     action_format: str = _f("think_action", "think_action | action | raw (see roleagent.roles.actor)")
     history: int = _f(3, "previous (action, observation) pairs shown in each prompt")
     max_new_tokens: int = _f(64, "token limit of one actor turn")
-    temperature: float = _f(1.0, "sampling temperature for training rollouts")
+    temperature: float = _f(1.0, "sampling temperature for training rollouts (Role-Agent Table 5: 0.9)")
     top_p: float = _f(1.0, "nucleus sampling threshold")
-    invalid_penalty: float = _f(0.1, "reward subtracted on a step whose output has no parsable action")
+    invalid_penalty: float = _f(0.1, "penalty on a step whose output has no parsable action (placement: algo.penalty_placement)")
     project_actions: bool = _f(False, "map a non-admissible action onto the most similar admissible command (small models)")
     max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
     max_batch: int = _f(32, "most sequences in one generation batch")
@@ -77,7 +77,10 @@ class AlgoConfig:
     step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
     alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
     norm: str = _f("mean_std_norm", "mean_std_norm | mean_norm")
-    similarity_threshold: float | None = _f(None, "group similar (not only identical) states at this similarity; null = exact")
+    similarity_threshold: float | None = _f(None, "group similar (not only identical) states at this similarity; null = exact (Role-Agent Table 5: 0.9)")
+    penalty_placement: str = _f("step", "invalid-action penalty: 'step' (verl-agent: returns and episode scores from raw env rewards, "
+                                "then the penalty subtracted from the invalid step's own return and own episode score) | "
+                                "'reward' (folded into the step reward, so discounted into earlier steps' returns)")
 
 
 @dataclass
@@ -99,10 +102,12 @@ class OptimConfig:
     clip_low: float = _f(0.2, "PPO ratio lower clip 1 - clip_low")
     clip_high: float = _f(0.28, "PPO ratio upper clip 1 + clip_high")
     dual_clip: float | None = _f(None, "dual-clip constant c for negative advantages (3.0), null = off")
-    kl_coef: float = _f(0.0, "k3 KL-to-reference loss coefficient (0 skips the reference pass)")
+    kl_coef: float = _f(0.0, "k3 KL-to-reference loss coefficient, k3 clamped to +-10 as verl's low_var_kl (0 skips the reference pass; Role-Agent Table 5: 1e-3)")
     entropy_coef: float = _f(0.0, "entropy bonus coefficient")
     grad_clip: float = _f(1.0, "gradient norm clip")
-    skip_zero_advantage: bool = _f(True, "drop samples whose advantage is exactly 0 (only KL/entropy would see them)")
+    skip_zero_advantage: bool = _f(True, "skip the forward/backward of samples whose advantage is exactly 0; they stay in the "
+                                   "token-mean denominator (verl-agent's: all tokens of the mini-batch), so the policy-gradient "
+                                   "step is unchanged; only their KL/entropy terms are lost")
 
 
 @dataclass

@@ -66,6 +66,7 @@ FIELD_RULES: dict[str, Rule] = {
     "algo.name": one_of(*ALGORITHMS), "algo.gamma": within(0, 1),
     "algo.step_weight": at_least(0), "algo.alpha": at_least(0),
     "algo.norm": one_of("mean_std_norm", "mean_norm"),
+    "algo.penalty_placement": one_of("step", "reward"),
     "algo.similarity_threshold": within(0, 1, open_low=True),
     "wia.horizon": at_least(0), "wia.horizon_fraction": within(0, 1, open_low=True),
     "wia.max_new_tokens": at_least(1),

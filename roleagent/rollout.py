@@ -9,7 +9,9 @@ One turn of the loop (all active episodes together):
 4. finished episodes drop out of the batch.
 
 An output without a parsable action is an invalid step: the environment is not stepped,
-the observation stays, and the step's reward is ``-invalid_penalty``. A crashed
+the observation stays, the step's environment reward is 0 and its ``penalty`` is
+``invalid_penalty`` (``Step.reward`` = −penalty; where the advantage functions place the
+penalty is ``algo.penalty_placement``). A crashed
 environment ends its episode with ``Trajectory.crashed`` set.
 
 Group rollouts (G episodes of one task) share the environment seed, so their first
@@ -202,7 +204,8 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
                 if e.transcript is not None and not reply.crashed:
                     e.transcript += [{"role": "assistant", "content": p.action}] + _messages(reply.info)
             else:
-                step.reward = -settings.invalid_penalty
+                step.penalty = settings.invalid_penalty
+                step.reward = -step.penalty
                 step.info = {"invalid": True}
                 e.history.append(("(invalid output)", "Invalid action format."))
             e.trajectory.steps.append(step)

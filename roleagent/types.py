@@ -34,7 +34,8 @@ class Step:
     action_text: str  # decoded generation
     action: str | None  # parsed environment action; None when unparsable
     valid: bool  # False when the output could not be parsed into an action
-    reward: float = 0.0  # environment reward minus any format penalty
+    reward: float = 0.0  # environment reward minus ``penalty``
+    penalty: float = 0.0  # format penalty included in ``reward`` (invalid action), >= 0
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     # World-In-Agent (Role-Agent §3.2): predictions ŝ_{t,1..H} and their LMS scores.
@@ -43,6 +44,11 @@ class Step:
     prediction_prompt_ids: list[int] = field(default_factory=list)
     prediction_ids: list[int] = field(default_factory=list)
     prediction_logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def env_reward(self) -> float:
+        """The environment's own reward, without the format penalty."""
+        return self.reward + self.penalty
 
 
 @dataclass
@@ -83,6 +89,7 @@ class Trajectory:
                     "action": s.action,
                     "valid": s.valid,
                     "reward": s.reward,
+                    "penalty": s.penalty,
                     "done": s.done,
                     "predictions": s.predictions,
                     "prediction_scores": s.prediction_scores,

@@ -46,9 +46,24 @@ def test_discounted_returns_matches_loop_on_ragged_batch():
     np.testing.assert_array_equal(discounted_returns(traj, r, gamma=0.95), expected)  # bit-identical
 
 
-def test_non_consecutive_trajectory_is_rejected():
-    with pytest.raises(ValueError, match="consecutive"):
-        discounted_returns(["a", "b", "a"], [0, 0, 0], gamma=0.9)
+def test_interleaved_trajectories_are_accepted():
+    # step-major batch: a0, b0, a1, b1, a2. a: rewards [1, 0, 2] → [1.5, 1.0, 2.0] (γ = 0.5);
+    # b: [3, 4] → [3 + 0.5·4, 4] = [5, 4]
+    out = discounted_returns(["a", "b", "a", "b", "a"], [1, 3, 0, 4, 2], gamma=0.5)
+    np.testing.assert_allclose(out, [1.5, 5.0, 1.0, 4.0, 2.0])
+    np.testing.assert_allclose(episode_scores(["a", "b", "a"], [1, 3, 2]), [3, 3, 3])
+    # episode advantages are per trajectory whatever the layout: GRPO scores a 3, b 7
+    np.testing.assert_allclose(grpo_advantages([0] * 5, ["a", "b", "a", "b", "a"], [1, 3, 0, 4, 2],
+                                               mode="mean_norm"), [-2, 2, -2, 2, -2])
+
+
+def test_trajectory_layout_interleaved_positions():
+    from roleagent.algos._segments import trajectory_layout
+
+    traj, pos, lengths = trajectory_layout(["x", "y", "x", "z", "y", "x"])
+    assert traj.tolist() == [0, 1, 0, 2, 1, 0]
+    assert pos.tolist() == [0, 0, 1, 0, 1, 2]
+    assert lengths.tolist() == [3, 2, 1]
 
 
 def test_trajectory_spanning_two_groups_is_rejected():
@@ -58,6 +73,19 @@ def test_trajectory_spanning_two_groups_is_rejected():
 
 def test_episode_scores_broadcast():
     np.testing.assert_allclose(episode_scores(["a", "a", "b"], [0.5, 1, -1]), [1.5, 1.5, -1.0])
+
+
+def test_step_penalty_placement_grpo_and_rloo():
+    # one group: a = rewards [0, 1] with the first step invalid (penalty 0.1), b = [0]
+    # "step": trajectory scores from raw rewards (1, 0); the penalty lowers a0's value only
+    g, t, r, p = [0, 0, 0], ["a", "a", "b"], [0, 1, 0], [0.1, 0, 0]
+    out = grpo_advantages(g, t, r, penalties=p, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.5 - 0.1, 0.5, -0.5])
+    out = grpo_advantages(g, t, r, penalties=p, penalty_placement="reward", mode="mean_norm")
+    np.testing.assert_allclose(out, [0.45, 0.45, -0.45])  # folded: scores 0.9 and 0
+    np.testing.assert_allclose(rloo_advantages(g, t, r, penalties=p), [0.9, 1.0, -1.0])
+    with pytest.raises(ValueError, match="placement"):
+        grpo_advantages(g, t, r, penalties=p, penalty_placement="nope")
 
 
 def test_invalid_penalty():

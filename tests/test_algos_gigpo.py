@@ -74,6 +74,54 @@ def test_invalid_penalty_changes_step_returns():
     np.testing.assert_allclose(out, [0.1, 0.05, -0.1, -0.05])
 
 
+def test_invalid_penalty_step_placement_as_verl_agent():
+    # raw rewards a = [0, 1], b = [0, 1]; b0 invalid (penalty 0.1); γ = 1, mean_norm.
+    # verl-agent: returns and episode scores from raw rewards, then −0.1 on b0's own return
+    # and b0's own episode score. Episode samples [1, 1, 0.9, 1], mean 0.975 →
+    # [0.025, 0.025, −0.075, 0.025]; anchor s: returns a0 = 1, b0 = 1 − 0.1 → ±0.05; t: 0.
+    args = ([0] * 4, ["a", "a", "b", "b"], [0, 1, 0, 1], ["s", "t", "s", "t"])
+    p = [0, 0, 0.1, 0]
+    out = gigpo_advantages(*args, penalties=p, gamma=1.0, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.075, 0.025, -0.125, 0.025])
+    # the folded placement reproduces the old numbers (penalty inside b's reward)
+    out = gigpo_advantages(*args, penalties=p, penalty_placement="reward", gamma=1.0, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.1, 0.05, -0.1, -0.05])
+
+
+def test_step_penalty_is_not_discounted_into_earlier_steps():
+    from roleagent.algos import penalised_step_values
+
+    # rewards [0, 1], penalties [0, 0.1], γ = 0.5 (docstring example)
+    ret, score = penalised_step_values(["a", "a"], [0, 1], [0, 0.1], gamma=0.5)
+    np.testing.assert_allclose(ret, [0.5, 0.9])
+    np.testing.assert_allclose(score, [1.0, 0.9])
+    ret, score = penalised_step_values(["a", "a"], [0, 1], [0, 0.1], gamma=0.5, placement="reward")
+    np.testing.assert_allclose(ret, [0.45, 0.9])
+    np.testing.assert_allclose(score, [0.9, 0.9])
+
+
+def test_interleaved_batch_equals_consecutive_batch():
+    # worked example: a = [s0, s1] rewards [0, 1]; b = [s0] reward [0]; γ = 0.5, mean_norm
+    # consecutive order a0, a1, b0 → [0.5833, 0.3333, -0.9167]; step-major a0, b0, a1 → permuted
+    out = gigpo_advantages([0, 0, 0], ["a", "b", "a"], [0, 0, 1], ["s0", "s0", "s1"], gamma=0.5, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.25 + 1 / 3, -0.25 - 2 / 3, 1 / 3])
+    # a ragged random batch, consecutive vs step-major (t = 0 of every episode, then t = 1, ...)
+    rng = np.random.default_rng(3)
+    g, t, r, st, pen = [], [], [], [], []
+    for task in range(3):
+        for k in range(4):
+            for step in range(int(rng.integers(1, 7))):
+                g.append(f"g{task}"), t.append(f"g{task}/{k}"), r.append(float(rng.integers(0, 2)))
+                st.append(f"s{int(rng.integers(0, 3))}"), pen.append(0.1 * (rng.random() < 0.3))
+    pos = np.array([t[:i].count(t[i]) for i in range(len(t))])
+    perm = np.lexsort((np.arange(len(t)), pos))  # step-major, episodes in batch order
+    arrays = [np.array(x, dtype=object if isinstance(x[0], str) else float) for x in (g, t, r, st, pen)]
+    for mode in ("mean_norm", "mean_std_norm"):
+        base = gigpo_advantages(*arrays[:4], penalties=arrays[4], gamma=0.9, mode=mode)
+        mixed = gigpo_advantages(*(a[perm] for a in arrays[:4]), penalties=arrays[4][perm], gamma=0.9, mode=mode)
+        np.testing.assert_allclose(mixed, base[perm], rtol=0, atol=1e-12)
+
+
 def test_similarity_clustering_merges_near_identical_states():
     s1 = "You are in the middle of a room. You see a cabinet 1 and a sofa 1"  # 18 tokens
     s2 = "you are in the middle of a room . you see a cabinet 2 and a sofa 1"  # one token differs

@@ -59,8 +59,19 @@ def test_k3_kl_values_and_zero_when_equal():
     b = _lp([[math.log(0.25)]])
     assert approx_kl_k3(a, b).item() == pytest.approx(0.5 + math.log(2) - 1)  # 0.19315
     assert approx_kl_k3(a, a.clone()).item() == 0.0
+    # verl's low_var_kl clamps the k3 VALUE to ±10, not the log-ratio:
+    # d = ref − logp = −12 → k3 = e^−12 + 12 − 1 = 11.000006 → 10 (clamping d would give 9.00005)
+    low = approx_kl_k3(_lp([[0.0]]), _lp([[-12.0]]))
+    assert low.item() == 10.0
+    # d = −8 → 7.000335, below the clamp
+    assert approx_kl_k3(_lp([[0.0]]), _lp([[-8.0]])).item() == pytest.approx(math.exp(-8) + 7)
+    # d = 50 (clamped to 20 before exp for float safety) → k3 = 10, finite
     big = approx_kl_k3(_lp([[0.0]]), _lp([[50.0]]), clamp=10.0)
-    assert big.item() == pytest.approx(math.exp(10) - 11)  # clamped log-ratio
+    assert big.item() == 10.0
+    # a clamped token carries no gradient (as torch.clamp in verl)
+    logp = torch.zeros(1, 1, requires_grad=True)
+    approx_kl_k3(logp, _lp([[-12.0]])).sum().backward()
+    assert logp.grad.item() == 0.0
 
 
 def test_kl_and_entropy_terms_enter_the_loss():

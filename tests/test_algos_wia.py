@@ -115,6 +115,59 @@ def test_wia_returns_modulates_and_drops_nan():
     np.testing.assert_allclose(out, [2.0])  # wrong prediction: credit kept, not amplified
 
 
+def test_wia_better_prediction_never_lowers_return_with_negative_task_return():
+    # Issue example: one task, two failed trajectories from the same first state; the second
+    # step of each is invalid (reward [0, −0.1] when the penalty is folded in); the first
+    # step's prediction scores 1.0 (a) vs 0.0 (b); γ = 0.95, mean_std_norm, α = 0 (A^S only).
+    # Old rule R = R_task·(1 + R_pre) on the penalised return: a0 = −0.095·2 = −0.19,
+    # b0 = −0.095 → A^S = −0.707 for the perfect predictor, +0.707 for the bad one.
+    # New rule: the factor scales only the non-negative environment return (0 here), the
+    # penalty is added after → R0 = 0 for both ("step") or −0.095 for both ("reward") → A^S 0.
+    groups, trajs, states = [0] * 4, ["a", "a", "b", "b"], ["s0", "s1", "s0", "s1"]
+    scores = [[1.0], [np.nan], [0.0], [np.nan]]
+    for placement in ("step", "reward"):
+        out = role_agent_advantages(groups, trajs, [0, 0, 0, 0], states, scores, penalties=[0, 0.1, 0, 0.1],
+                                    penalty_placement=placement, gamma=0.95, alpha=0.0)
+        np.testing.assert_allclose(out, [0.0, 0.0, 0.0, 0.0], atol=1e-12)
+    # the caller folding the penalty itself (rewards [0, −0.1]): negative returns are not scaled
+    out = role_agent_advantages(groups, trajs, [0, -0.1, 0, -0.1], states, scores, gamma=0.95, alpha=0.0)
+    np.testing.assert_allclose(out, [0.0, 0.0, 0.0, 0.0], atol=1e-12)
+    r = wia_returns(trajs, [0, 0, 0, 0], scores, penalties=[0, 0.1, 0, 0.1], penalty_placement="reward", gamma=0.95)
+    np.testing.assert_allclose(r, [-0.095, -0.1, -0.095, -0.1])
+    # A positive return with a penalty inside: rewards [0, 0, 1], step 1 invalid, γ = 0.5,
+    # scores [[1], [nan], [0.5]]: R_env = [0.25, 0.5, 1], R_pre = [1, 0, 0.5]
+    # "step":   [0.25·2, 0.5·1 − 0.1, 1·1.5] = [0.5, 0.4, 1.5]
+    # "reward": discounted penalties [0.05, 0.1, 0] → [0.45, 0.4, 1.5]
+    args = (["a"] * 3, [0, 0, 1], [[1.0], [np.nan], [0.5]])
+    np.testing.assert_allclose(wia_returns(*args, penalties=[0, 0.1, 0], gamma=0.5), [0.5, 0.4, 1.5])
+    np.testing.assert_allclose(wia_returns(*args, penalties=[0, 0.1, 0], penalty_placement="reward", gamma=0.5),
+                               [0.45, 0.4, 1.5])
+
+
+@pytest.mark.parametrize("placement", ["step", "reward"])
+def test_wia_returns_monotone_in_every_prediction_score(placement):
+    rng = np.random.default_rng(0)
+    traj = np.repeat(np.arange(6), 5)
+    rewards = rng.choice([-1.0, 0.0, 0.0, 1.0], size=traj.size)  # negative env rewards too
+    penalties = 0.1 * (rng.random(traj.size) < 0.3)
+    scores = rng.random((traj.size, 2))
+    base = wia_returns(traj, rewards, scores, penalties=penalties, penalty_placement=placement, gamma=0.9)
+    for i in range(traj.size):
+        better = scores.copy()
+        better[i, 0] = min(1.0, better[i, 0] + 0.5)
+        out = wia_returns(traj, rewards, better, penalties=penalties, penalty_placement=placement, gamma=0.9)
+        assert np.all(out >= base - 1e-12)
+
+
+def test_wia_interleaved_batch_equals_consecutive_batch():
+    # worked example of role_agent_advantages, step-major: a0, b0, a1
+    out = role_agent_advantages([0] * 3, ["a", "b", "a"], [0, 0, 1], ["s0", "s0", "s1"],
+                                [[1.0], [0.2], [0.5]], gamma=0.5, mode="mean_norm")
+    np.testing.assert_allclose(out, [0.5 + 1 / 3, -0.5 - 2 / 3, 1 / 3])
+    np.testing.assert_allclose(wia_returns(["a", "b", "a"], [0, 0, 1], [[1.0], [0.2], [0.5]], gamma=0.5),
+                               [1.0, 0.0, 1.5])
+
+
 def test_wia_returns_validates_scores():
     with pytest.raises(ValueError):
         wia_returns(["a"], [1.0], [[1.5]], gamma=0.9)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 
 from roleagent.envs.workers import EnvPool
@@ -49,6 +50,10 @@ def test_invalid_output_is_penalised_not_stepped(scripted_engine):
             settings=RolloutSettings(max_steps=3, action_format="think_action", invalid_penalty=0.1))
     first, second = trajectory.steps[:2]
     assert not first.valid and first.action is None and first.reward == pytest.approx(-0.1)
+    # the penalty is recorded apart from the environment's reward, so the advantage
+    # functions can place it (verl-agent: on the invalid step's own return only)
+    assert first.penalty == pytest.approx(0.1) and first.env_reward == 0.0
+    assert second.penalty == 0.0 and second.env_reward == second.reward
     assert second.valid and second.action == "look"
     assert second.observation == first.observation  # the invalid step did not move the env
     assert len(trajectory.steps) == 3 and not trajectory.success
@@ -101,3 +106,24 @@ def test_more_jobs_than_slots_run_in_waves(scripted_engine):
     assert [t.task.id for t in trajectories] == [t.id for t in tasks]
     assert all(1 <= len(t.steps) <= 8 for t in trajectories)
     assert engine.calls[0] == 2  # waves of at most pool.size episodes
+
+
+def test_step_batch_separates_env_rewards_and_penalties_and_places_them_per_step():
+    from roleagent.config import AlgoConfig
+    from roleagent.trainer.advantages import StepBatch, compute_advantages
+    from roleagent.types import Step, Task, Trajectory
+
+    def traj(rewards, penalties, states):
+        steps = [Step(observation=s, state_key=s, prompt_ids=[1], action_ids=[2], action_logprobs=[0.0],
+                      action_text="a", action=None if p else "a", valid=not p, reward=r - p, penalty=p)
+                 for r, p, s in zip(rewards, penalties, states)]
+        return Trajectory(task=Task("g", "scripted"), steps=steps)
+
+    # same worked example as test_invalid_penalty_step_placement_as_verl_agent (test_algos_gigpo)
+    batch = StepBatch.from_trajectories([traj([0, 1], [0, 0], ["s", "t"]), traj([0, 1], [0.1, 0], ["s", "t"])])
+    np.testing.assert_allclose(batch.rewards, [0, 1, 0, 1])
+    np.testing.assert_allclose(batch.penalties, [0, 0, 0.1, 0])
+    cfg = AlgoConfig(name="gigpo", gamma=1.0, norm="mean_norm")
+    np.testing.assert_allclose(compute_advantages(batch, cfg, wia=False), [0.075, 0.025, -0.125, 0.025])
+    cfg.penalty_placement = "reward"
+    np.testing.assert_allclose(compute_advantages(batch, cfg, wia=False), [0.1, 0.05, -0.1, -0.05])

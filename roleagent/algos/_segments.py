@@ -2,7 +2,8 @@
 and normalisation inside segments (groups) with ``np.bincount``.
 
 Everything here works on flattened STEP SAMPLES: arrays of length n in which the steps of
-each trajectory appear consecutively, in time order.
+each trajectory appear in time order; trajectories may be consecutive or interleaved (e.g.
+step 0 of every episode, then step 1 of every episode).
 """
 
 from __future__ import annotations
@@ -63,28 +64,26 @@ def factorize(values: Sequence[Hashable] | np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def trajectory_layout(traj_ids: Sequence[Hashable] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Check that each trajectory's steps are consecutive; return ``(traj, pos, lengths)``.
+    """Trajectory index, time step and length of each sample: ``(traj, pos, lengths)``.
 
-    ``traj[i]`` is the trajectory index of sample i (0, 1, ... in order of appearance),
-    ``pos[i]`` its time step inside the trajectory, ``lengths[j]`` the number of steps of
-    trajectory j.
+    ``traj[i]`` is the trajectory index of sample i (0, 1, ... in order of first
+    appearance), ``pos[i]`` its time step inside the trajectory (the number of earlier
+    samples of the same trajectory: each trajectory's steps must come in time order, but
+    trajectories may be interleaved), ``lengths[j]`` the number of steps of trajectory j.
 
-    >>> [a.tolist() for a in trajectory_layout(["x", "x", "y"])]
-    [[0, 0, 1], [0, 1, 0], [2, 1]]
+    >>> [a.tolist() for a in trajectory_layout(["x", "y", "x"])]
+    [[0, 1, 0], [0, 0, 1], [2, 1]]
     """
-    codes, first = factorize(traj_ids)
-    n = codes.size
+    traj, _ = factorize(traj_ids)
+    n = traj.size
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    is_start = np.ones(n, dtype=bool)
-    is_start[1:] = codes[1:] != codes[:-1]
-    starts = np.flatnonzero(is_start)
-    if starts.size != first.size:
-        raise ValueError("the steps of each trajectory must be consecutive in the flattened batch")
-    traj = np.cumsum(is_start) - 1  # equals ``codes`` once contiguity holds
-    pos = np.arange(n) - starts[traj]
-    lengths = np.diff(np.append(starts, n))
+    lengths = np.bincount(traj)
+    order = np.argsort(traj, kind="stable")  # by trajectory, batch order (= time order) within
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n) - starts[traj[order]]
     return traj, pos, lengths
 
 
@@ -102,29 +101,18 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"unknown normalisation mode {mode!r}; expected one of {MODES}")
 
 
-def normalize_within(
-    values: np.ndarray,
-    segments: np.ndarray,
-    *,
-    mode: str,
-    eps: float,
-    singleton: str,
-) -> np.ndarray:
-    """``(x - mean_g) / (std_g + eps)`` (``mean_std_norm``) or ``x - mean_g`` (``mean_norm``).
+def segment_stats(values: np.ndarray, segments: np.ndarray, *, singleton: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-segment ``(mean, std)`` of ``values``; std unbiased (``ddof=1``, as ``torch.std``).
 
-    ``segments`` are dense codes 0..G-1. std is the unbiased one (``ddof=1``, as
-    ``torch.std``). A segment of one sample uses, following verl-agent:
+    A segment of one sample uses, following verl-agent:
 
-    - ``singleton="episode"``: mean 0, std 1 (``episode_norm_reward``) → x / (1 + eps);
-    - ``singleton="zero"``: mean x, std 1 (``step_norm_reward``) → exactly 0.
+    - ``singleton="episode"``: mean 0, std 1 (``episode_norm_reward``);
+    - ``singleton="zero"``: mean x, std 1 (``step_norm_reward``).
 
-    Example: values [1, 3, 5], segments [0, 0, 1], mean_std_norm, eps 0, singleton "zero":
-    segment 0 has mean 2 and std sqrt(2) → [-0.7071, 0.7071, 0.0].
+    Example: values [1, 3, 5], segments [0, 0, 1], singleton "zero" → mean [2, 5],
+    std [1.4142, 1].
     """
-    check_mode(mode)
     x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return x.copy()
     n_seg = int(segments.max()) + 1
     counts = np.bincount(segments, minlength=n_seg).astype(np.float64)
     mean = np.bincount(segments, weights=x, minlength=n_seg) / counts
@@ -137,6 +125,31 @@ def normalize_within(
         mean[single] = 0.0
     elif singleton != "zero":
         raise ValueError(f"unknown singleton policy {singleton!r}")
+    return mean, std
+
+
+def normalize_within(
+    values: np.ndarray,
+    segments: np.ndarray,
+    *,
+    mode: str,
+    eps: float,
+    singleton: str,
+) -> np.ndarray:
+    """``(x - mean_g) / (std_g + eps)`` (``mean_std_norm``) or ``x - mean_g`` (``mean_norm``).
+
+    ``segments`` are dense codes 0..G-1; statistics from ``segment_stats``, so a segment of
+    one sample gives x / (1 + eps) with ``singleton="episode"`` and exactly 0 with
+    ``singleton="zero"``.
+
+    Example: values [1, 3, 5], segments [0, 0, 1], mean_std_norm, eps 0, singleton "zero":
+    segment 0 has mean 2 and std sqrt(2) → [-0.7071, 0.7071, 0.0].
+    """
+    check_mode(mode)
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return x.copy()
+    mean, std = segment_stats(x, segments, singleton=singleton)
     centred = x - mean[segments]
     if mode == "mean_norm":
         return centred

@@ -7,6 +7,11 @@ Conventions reproduced exactly (as of the verl-agent code we read):
   episode statistics over all step samples of the episode group (longer trajectories weigh
   more); a group of one step sample has mean 0, std 1 (``episode_norm_reward``);
 - step returns = per-trajectory discounted sums with γ (``compute_step_discounted_returns``);
+- invalid-action penalty (``penalty_placement="step"``, the default): step returns and
+  episode scores from the raw environment rewards, then the penalty subtracted from the
+  invalid step's own return and its own sample's episode score only
+  (``apply_invalid_action_penalty`` in ``verl/trainer/ppo/ray_trainer.py``, which runs
+  after ``compute_step_discounted_returns``); ``"reward"`` folds it into the reward instead;
 - anchor groups = exact match of the raw state within the episode group, pooled over all
   trajectories and time steps; optional greedy similarity clustering (``build_step_group``);
 - step advantage normalised within the anchor group with the same mode; an anchor group of
@@ -27,7 +32,10 @@ Deviations, all deliberate:
 - verl-agent multiplies by the token response mask; we return one value per step sample and
   leave token broadcasting to the trainer (``policy_loss`` accepts (B,) advantages).
 - verl-agent's episode groups contain step samples only of the same task; we validate that a
-  trajectory never spans two groups and that its steps are consecutive (ValueError).
+  trajectory never spans two groups (ValueError). Trajectories may be interleaved in the
+  batch, as in verl-agent, whose batches are step-major; each trajectory's steps must be in
+  time order. Similarity clustering is greedy in batch order (as verl-agent's), so with a
+  threshold the anchor groups can depend on the batch order; exact matching cannot.
 - anchor states are whatever hashable the caller passes (verl-agent's ``anchor_obs``).
 """
 
@@ -39,7 +47,7 @@ import numpy as np
 
 from ._segments import normalize_within
 from .episode import gigpo_episode_advantages
-from .returns import discounted_returns
+from .returns import penalised_step_values
 from .similarity import build_state_groups
 
 Ids = Sequence[Hashable] | np.ndarray
@@ -73,6 +81,8 @@ def gigpo_advantages(
     step_rewards: Sequence[float] | np.ndarray,
     states: Sequence[Hashable] | np.ndarray,
     *,
+    penalties: Sequence[float] | np.ndarray | None = None,
+    penalty_placement: str = "step",
     gamma: float = 0.95,
     step_weight: float = 1.0,
     mode: str = "mean_std_norm",
@@ -83,6 +93,8 @@ def gigpo_advantages(
 
     ``A^E`` from ``gigpo_episode_advantages`` (statistics over step samples), ``A^S`` the
     discounted step return normalised within its anchor group (``state_advantages``).
+    ``step_rewards`` are the raw environment rewards; ``penalties`` (n,) the invalid-action
+    penalty of each step, placed per ``penalty_placement`` (``returns.penalised_step_values``).
 
     Worked example (one group, γ = 0.5, mean_norm): trajectory a = states [s0, s1],
     rewards [0, 1]; trajectory b = states [s0], reward [0].
@@ -90,8 +102,10 @@ def gigpo_advantages(
     Step returns: a → [0.5, 1.0], b → [0.0]. Anchor s0 = {a0: 0.5, b0: 0.0}, mean 0.25 →
     [0.25, -, -0.25]; anchor s1 is a singleton → 0. A = [0.5833, 0.3333, -0.9167].
     """
-    a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, mode=mode, eps=eps)
-    returns = discounted_returns(traj_ids, step_rewards, gamma=gamma)
+    a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, penalties=penalties,
+                                         penalty_placement=penalty_placement, mode=mode, eps=eps)
+    returns, _ = penalised_step_values(traj_ids, step_rewards, penalties, gamma=gamma,
+                                       placement=penalty_placement)
     anchors = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
     if anchors.shape != returns.shape:
         raise ValueError(f"states has shape {anchors.shape}, expected {returns.shape}")

@@ -26,12 +26,18 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 def approx_kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, clamp: float = 10.0) -> torch.Tensor:
     """Per-token k3 estimator of KL(π_θ ‖ π_ref): ``exp(d) − d − 1`` with ``d = ref − logp``.
 
-    Schulman's k3 (non-negative, unbiased under samples from π_θ); ``d`` is clamped to
-    ±clamp before the exponential. Example: logp = log 0.5, ref = log 0.25 → d = −log 2,
-    k3 = 0.5 + 0.6931 − 1 = 0.1931.
+    Schulman's k3 (non-negative, unbiased under samples from π_θ), as verl's
+    ``kl_penalty(..., "low_var_kl")`` in ``verl/trainer/ppo/core_algos.py``: the k3 VALUE is
+    clamped to [−clamp, clamp] (verl: ±10), so a token whose KL term exceeds 10 contributes
+    10 and no gradient; ``d`` itself is only clamped to ±20 before ``exp`` for float
+    safety (as newer verl does; exp(20) is finite in float32).
+
+    Example: logp = log 0.5, ref = log 0.25 → d = −log 2, k3 = 0.5 + 0.6931 − 1 = 0.1931.
+    logp = 0, ref = −12 → d = −12, k3 = 11.000006 → clamped to 10.
     """
-    log_ratio = (ref_logprobs - logprobs).clamp(-clamp, clamp)  # (B, T)
-    return log_ratio.exp() - log_ratio - 1.0  # (B, T)
+    log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)  # (B, T)
+    k3 = log_ratio.exp() - log_ratio - 1.0  # (B, T)
+    return k3.clamp(-clamp, clamp)  # (B, T)
 
 
 def token_entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,8 @@ Decisions (the paper leaves them open; DESIGN §4 asks us to fix and document th
   it; eq. 1's per-trajectory statistics are available as ``grpo_advantages``.
 - State similarity threshold: ``lms ≥ threshold`` (GiGPO's test; the paper writes "exceeds
   0.9"); the two differ only at exactly 0.9.
+- Invalid-action penalties and negative environment returns are not scaled by the
+  prediction factor (rule in ``wia_returns``), so a better prediction never lowers R_t.
 - The authors' public code instead multiplies the raw step reward by 1 + 0.2·sim with a
   one-step inline prediction; we follow the paper.
 """
@@ -41,7 +43,7 @@ import numpy as np
 
 from .episode import gigpo_episode_advantages
 from .gigpo import state_advantages
-from .returns import discounted_returns
+from .returns import discounted_returns, split_penalties
 from .similarity import build_state_groups, lms_score
 
 Ids = Sequence[Hashable] | np.ndarray
@@ -106,30 +108,49 @@ def wia_returns(
     prediction_scores: Sequence[Sequence[float]] | np.ndarray,
     *,
     gamma: float,
+    penalties: Sequence[float] | np.ndarray | None = None,
+    penalty_placement: str = "step",
 ) -> np.ndarray:
     """Prediction-modulated return ``R_t = R_task(a_t) · (1 + R_pre(a_t))`` (eqs. 5–6).
 
     ``R_task(a_t) = Σ_{k≥t} γ^{k−t} r_k`` within the trajectory and
     ``R_pre(a_t) = Σ_h γ^{h−1} r̃_{t,h}``; ``prediction_scores`` is (n, H) with NaN where
     t+h lies past the end — those terms are dropped (contribute 0, no renormalisation).
-    A zero task return gives R_t = 0 whatever the predictions.
+
+    Rule for penalties and negative returns (the paper's rewards are 0/1, so R_task ≥ 0
+    there and the question does not arise): the factor ``1 + R_pre`` scales only the
+    non-negative part of the ENVIRONMENT return; a negative environment return and the
+    invalid-action penalties are added after, unscaled::
+
+        R_t = max(R_env, 0) · (1 + R_pre) + min(R_env, 0) − P_t
+
+    where ``R_env`` is the discounted return of the raw ``step_rewards`` and ``P_t`` the
+    penalty term: the step's own penalty (``penalty_placement="step"``, verl-agent's
+    placement) or the discounted sum of the penalties from t on (``"reward"``). So a better
+    prediction never lowers R_t, and a zero environment return gives R_t = −P_t whatever
+    the predictions (predictions modulate credit but never create it). Multiplying the
+    penalised return instead would give the better predictor the LOWER return whenever it
+    is negative.
 
     Example: one trajectory, rewards [0, 1], γ = 0.5, scores [[1.0, 0.5], [0.8, nan]]:
     R_task = [0.5, 1.0]; R_pre = [1 + 0.5·0.5, 0.8] = [1.25, 0.8];
-    R = [0.5·2.25, 1.0·1.8] = [1.125, 1.8].
+    R = [0.5·2.25, 1.0·1.8] = [1.125, 1.8]. With penalties [0.1, 0] ("step"):
+    [1.025, 1.8]; with "reward": the first step subtracts 0.1, the same here.
     """
-    r_task = discounted_returns(traj_ids, step_rewards, gamma=gamma)
+    r_env = discounted_returns(traj_ids, step_rewards, gamma=gamma)
     scores = np.asarray(prediction_scores, dtype=np.float64)
     if scores.ndim == 1:
         scores = scores[:, None]
-    if scores.ndim != 2 or scores.shape[0] != r_task.shape[0]:
-        raise ValueError(f"prediction_scores has shape {scores.shape}, expected ({r_task.shape[0]}, H)")
+    if scores.ndim != 2 or scores.shape[0] != r_env.shape[0]:
+        raise ValueError(f"prediction_scores has shape {scores.shape}, expected ({r_env.shape[0]}, H)")
     finite = scores[~np.isnan(scores)]
     if finite.size and (finite.min() < 0.0 or finite.max() > 1.0):
         raise ValueError("prediction scores must lie in [0, 1] (NaN past the end)")
+    folded, own = split_penalties(penalties, r_env.shape[0], placement=penalty_placement)
+    penalty = own + (discounted_returns(traj_ids, folded, gamma=gamma) if folded.any() else 0.0)
     weights = gamma ** np.arange(scores.shape[1], dtype=np.float64)  # γ^{h−1}, h = 1..H
     r_pre = np.where(np.isnan(scores), 0.0, scores) @ weights
-    return r_task * (1.0 + r_pre)
+    return np.maximum(r_env, 0.0) * (1.0 + r_pre) + np.minimum(r_env, 0.0) - penalty
 
 
 def role_agent_advantages(
@@ -139,6 +160,8 @@ def role_agent_advantages(
     states: Sequence[Hashable] | np.ndarray,
     prediction_scores: Sequence[Sequence[float]] | np.ndarray,
     *,
+    penalties: Sequence[float] | np.ndarray | None = None,
+    penalty_placement: str = "step",
     gamma: float = 0.95,
     alpha: float = 1.0,
     mode: str = "mean_std_norm",
@@ -151,17 +174,20 @@ def role_agent_advantages(
     group; state groups are formed within the episode group by exact state match (eq. 7) or,
     with ``similarity_threshold`` (paper: 0.9), greedy LMS clustering; a singleton state
     group gets 0. ``A^E``: GiGPO's episode normalisation of the trajectory score (sum of
-    step rewards) over the group's step samples.
+    step rewards) over the group's step samples. ``penalties`` / ``penalty_placement``:
+    the invalid-action penalty, placed as in ``wia_returns`` and
+    ``gigpo_episode_advantages`` (default: verl-agent's per-step placement).
 
     Example (one group, γ = 0.5, mean_norm, α = 1): trajectory a = states [s0, s1], rewards
     [0, 1], scores [[1.0], [0.5]]; trajectory b = states [s0], reward [0], scores [[0.2]].
     R_t: a → [0.5·2, 1·1.5] = [1.0, 1.5], b → [0]. A^S: s0 = {1.0, 0.0} → [0.5, 0, -0.5].
     A^E: scores [1, 1, 0] − 2/3. A = [0.8333, 0.3333, -1.1667].
     """
-    r = wia_returns(traj_ids, step_rewards, prediction_scores, gamma=gamma)
+    placed = dict(penalties=penalties, penalty_placement=penalty_placement)
+    r = wia_returns(traj_ids, step_rewards, prediction_scores, gamma=gamma, **placed)
     groups = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
     if groups.shape != r.shape:
         raise ValueError(f"states has shape {groups.shape}, expected {r.shape}")
     a_state = state_advantages(r, groups, mode=mode, eps=eps)
-    a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, mode=mode, eps=eps)
+    a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, mode=mode, eps=eps, **placed)
     return a_state + alpha * a_episode

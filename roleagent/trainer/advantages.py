@@ -17,24 +17,26 @@ from roleagent.types import Trajectory
 
 @dataclass
 class StepBatch:
-    """Step samples of the non-crashed trajectories, trajectories consecutive, steps in order."""
+    """Step samples of the non-crashed trajectories, each trajectory's steps in time order."""
 
     trajectories: list[Trajectory]
     group_ids: np.ndarray  # (n,) task id of each step's episode group
     traj_ids: np.ndarray  # (n,) index into ``trajectories``
-    rewards: np.ndarray  # (n,) step rewards (invalid-action penalty included)
+    rewards: np.ndarray  # (n,) raw environment rewards (no invalid-action penalty)
+    penalties: np.ndarray  # (n,) invalid-action penalty of each step (0 when valid)
     states: list  # (n,) state keys
     prediction_scores: np.ndarray | None  # (n, H) or None without WIA
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], *, horizon: int = 0) -> "StepBatch":
         kept = [t for t in trajectories if not t.crashed and t.steps]
-        group_ids, traj_ids, rewards, states, scores = [], [], [], [], []
+        group_ids, traj_ids, rewards, penalties, states, scores = [], [], [], [], [], []
         for index, trajectory in enumerate(kept):
             for step in trajectory.steps:
                 group_ids.append(trajectory.task.id)
                 traj_ids.append(index)
-                rewards.append(step.reward)
+                rewards.append(step.env_reward)
+                penalties.append(step.penalty)
                 states.append(step.state_key)
                 if horizon:
                     row = list(step.prediction_scores) or [np.nan] * horizon
@@ -44,6 +46,7 @@ class StepBatch:
             group_ids=np.asarray(group_ids, dtype=object),
             traj_ids=np.asarray(traj_ids, dtype=np.int64),
             rewards=np.asarray(rewards, dtype=np.float64),
+            penalties=np.asarray(penalties, dtype=np.float64),
             states=states,
             prediction_scores=np.asarray(scores, dtype=np.float64).reshape(len(rewards), horizon) if horizon else None,
         )
@@ -56,11 +59,12 @@ def compute_advantages(batch: StepBatch, cfg: AlgoConfig, *, wia: bool) -> np.nd
     """One advantage per step sample for the configured algorithm. Shape (n,)."""
     if len(batch) == 0:
         return np.zeros(0)
-    common = dict(mode=cfg.norm) if cfg.name != "rloo" else {}
+    placed = dict(penalties=batch.penalties, penalty_placement=cfg.penalty_placement)
+    common = dict(mode=cfg.norm, **placed)
     if cfg.name == "grpo":
         return algos.grpo_advantages(batch.group_ids, batch.traj_ids, batch.rewards, **common)
     if cfg.name == "rloo":
-        return algos.rloo_advantages(batch.group_ids, batch.traj_ids, batch.rewards)
+        return algos.rloo_advantages(batch.group_ids, batch.traj_ids, batch.rewards, **placed)
     if cfg.name == "gigpo":
         return algos.gigpo_advantages(
             batch.group_ids, batch.traj_ids, batch.rewards, batch.states, gamma=cfg.gamma,

@@ -48,14 +48,12 @@ class EvalResult:
     table: dict[str, float] = field(default_factory=dict)
 
 
-def training_samples(batch: StepBatch, advantages: np.ndarray, *, train_predictions: bool,
-                     skip_zero: bool) -> list[TrainSample]:
-    """One sample per generated turn (and per prediction when those are trained)."""
+def training_samples(batch: StepBatch, advantages: np.ndarray, *, train_predictions: bool) -> list[TrainSample]:
+    """One sample per generated turn (and per prediction when those are trained); zero
+    advantages included: the Updater skips them but keeps their tokens in the denominator."""
     samples = []
     steps = [s for t in batch.trajectories for s in t.steps]
     for step, advantage in zip(steps, advantages):
-        if skip_zero and advantage == 0.0:
-            continue
         if step.action_ids:
             samples.append(TrainSample(step.prompt_ids, step.action_ids, step.action_logprobs, float(advantage)))
         if train_predictions and step.prediction_ids:
@@ -179,8 +177,7 @@ class Trainer:
         advantages = compute_advantages(batch, cfg.algo, wia=self.horizon > 0)
         for hook in self.hooks:
             advantages = hook.adjust_advantages(batch, advantages)
-        samples = training_samples(batch, advantages, train_predictions=cfg.wia.train_predictions,
-                                   skip_zero=cfg.optim.skip_zero_advantage)
+        samples = training_samples(batch, advantages, train_predictions=cfg.wia.train_predictions)
         advantage_s = time.perf_counter() - t0
 
         # Policy update ---------------------------------------------------------------

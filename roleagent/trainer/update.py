@@ -7,6 +7,15 @@ clip, optional dual clip, k3 KL, entropy), aggregated as a token mean over the w
 mini-batch: each micro-batch's token-mean loss is weighted by its share of the
 mini-batch's tokens before ``backward``, so gradient accumulation changes nothing.
 
+Zero-advantage samples (``optim.skip_zero_advantage``): mini-batches are drawn from ALL
+samples, and the token-mean denominator is every generated token of the mini-batch, as in
+verl-agent (whose token-mean runs over the whole mini-batch, zero advantages included).
+Skipping only saves the forward/backward of samples whose advantage is exactly 0: their
+policy-gradient term is 0, so with ``kl_coef = entropy_coef = 0`` the gradient is the same
+as without skipping; with KL or entropy on, their KL/entropy terms are lost. A mini-batch
+whose samples are all skipped makes no optimizer step (verl-agent would step AdamW on a
+zero gradient, which still moves the weights by momentum).
+
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
@@ -108,58 +117,74 @@ class Updater:
         return self.reference, contextlib.nullcontext()
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]:
-        cfg, model = self.cfg, self.policy.model
-        if not samples:  # every advantage was zero: nothing to learn this iteration
-            return {"samples": 0, "trained_tokens": 0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0,
-                    "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0, "grad_norm": 0.0}
-        model.train()
-        pad_id = self.policy.tokenizer.pad_token_id
-        device = self.policy.device
+        cfg = self.cfg
+        skipped = [cfg.skip_zero_advantage and s.advantage == 0.0 for s in samples]
+        n_trained = len(samples) - sum(skipped)
+        if n_trained == 0:  # every advantage was zero: nothing to learn this iteration
+            return {"samples": 0, "skipped_samples": len(samples), "trained_tokens": 0, "pg_loss": 0.0,
+                    "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0,
+                    "grad_norm": 0.0}
+        self.policy.model.train()
         totals: dict[str, list[float]] = {}
         grad_norms: list[float] = []
         trained_tokens = 0
         for _ in range(cfg.epochs):
-            order = samples[:]
+            order = list(range(len(samples)))
             rng.shuffle(order)
             for mini in np.array_split(np.arange(len(order)), cfg.mini_batches):
-                mini_samples = [order[i] for i in mini]
-                if not mini_samples:
-                    continue
+                mini_samples = [samples[order[i]] for i in mini]
+                # verl-agent's denominator: every generated token of the mini-batch, skipped or not
                 n_tokens = sum(len(s.output_ids) for s in mini_samples)
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro in micro_batches(mini_samples, cfg.micro_batch_tokens):
-                    *tensors, keep = _collate(micro, pad_id, device)
-                    input_ids, attention, positions, targets, old, mask, advantages = tensors
-                    ref = None
-                    if cfg.kl_coef > 0:
-                        ref_model, context = self._reference_model()
-                        with torch.no_grad(), context:
-                            ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep,
-                                                    temperature=self.temperature)
-                    logprobs, entropy = token_logprobs(
-                        model, input_ids, attention, positions, targets, keep,
-                        temperature=self.temperature, with_entropy=cfg.entropy_coef > 0,
-                    )
-                    loss, metrics = policy_loss(
-                        logprobs, old, advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                        dual_clip=cfg.dual_clip, ref_logprobs=ref, kl_coef=cfg.kl_coef,
-                        entropy=entropy, entropy_coef=cfg.entropy_coef,
-                    )
-                    share = float(mask.sum()) / n_tokens
-                    (loss * share).backward()
-                    trained_tokens += int(attention.sum())
-                    for key, value in metrics.items():
-                        totals.setdefault(key, []).append(value * share)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
-                if not math.isfinite(float(grad_norm)):  # never apply a NaN step
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise FloatingPointError("non-finite gradient norm: lower optim.lr or check the advantages")
-                self.optimizer.step()
-                grad_norms.append(float(grad_norm))
-        # Metrics: token-weighted within a mini-batch, then averaged over optimizer steps.
+                computed = [samples[order[i]] for i in mini if not skipped[order[i]]]
+                if not computed:
+                    continue
+                trained_tokens += self._accumulate(computed, n_tokens, totals)
+                grad_norms.append(self._step())
+        # Metrics: token-weighted over the trained samples of a mini-batch, averaged over steps.
         out = {key: float(np.sum(values)) / len(grad_norms) for key, values in totals.items()}
         out["grad_norm"] = float(np.mean(grad_norms))
-        out["samples"] = len(samples)
+        out["samples"] = n_trained
+        out["skipped_samples"] = len(samples) - n_trained
         out["trained_tokens"] = trained_tokens
         return out
+
+    def _accumulate(self, computed: list[TrainSample], n_tokens: int, totals: dict[str, list[float]]) -> int:
+        """Backward of ``Σ_tokens ℓ / n_tokens`` over ``computed``, in micro-batches; returns the
+        number of tokens run through the model."""
+        cfg, model = self.cfg, self.policy.model
+        pad_id = self.policy.tokenizer.pad_token_id
+        n_computed = sum(len(s.output_ids) for s in computed)
+        self.optimizer.zero_grad(set_to_none=True)
+        ran = 0
+        for micro in micro_batches(computed, cfg.micro_batch_tokens):
+            *tensors, keep = _collate(micro, pad_id, self.policy.device)
+            input_ids, attention, positions, targets, old, mask, advantages = tensors
+            ref = None
+            if cfg.kl_coef > 0:
+                ref_model, context = self._reference_model()
+                with torch.no_grad(), context:
+                    ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep,
+                                            temperature=self.temperature)
+            logprobs, entropy = token_logprobs(
+                model, input_ids, attention, positions, targets, keep,
+                temperature=self.temperature, with_entropy=cfg.entropy_coef > 0,
+            )
+            loss, metrics = policy_loss(
+                logprobs, old, advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                dual_clip=cfg.dual_clip, ref_logprobs=ref, kl_coef=cfg.kl_coef,
+                entropy=entropy, entropy_coef=cfg.entropy_coef,
+            )
+            (loss * (float(mask.sum()) / n_tokens)).backward()
+            ran += int(attention.sum())
+            for key, value in metrics.items():
+                totals.setdefault(key, []).append(value * float(mask.sum()) / n_computed)
+        return ran
+
+    def _step(self) -> float:
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        if not math.isfinite(float(grad_norm)):  # never apply a NaN step
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError("non-finite gradient norm: lower optim.lr or check the advantages")
+        self.optimizer.step()
+        return float(grad_norm)
