@@ -8,7 +8,6 @@ fields aside), with one uninterrupted run of the same command.
 from __future__ import annotations
 
 import json
-import pickle
 import shutil
 import sqlite3
 
@@ -193,13 +192,16 @@ def test_crafted_state_is_refused_and_never_runs(tmp_path, reference, capsys):
     run_dir = _copy(reference, tmp_path)
     newest = _newest(run_dir)
     marker = tmp_path / "pwned"
-    (newest / "state.pt").write_bytes(pickle.dumps({"format": 2, "x": _Payload(str(marker))}))
-    manifest = json.loads((newest / "manifest.json").read_text())  # an attacker can fix it up
-    manifest["files"]["state.pt"] = _file_entry(newest / "state.pt")
-    (newest / "manifest.json").write_text(json.dumps(manifest))
-    trainer = Trainer(config(run_dir, ITERATIONS, AIW), quiet=True)
+    torch.save({"format": 2, "x": _Payload(str(marker))}, newest / "state.pt")
+    if (newest / "manifest.json").exists():  # an attacker can fix the manifest up too
+        manifest = json.loads((newest / "manifest.json").read_text())
+        manifest["files"]["state.pt"] = _file_entry(newest / "state.pt")
+        (newest / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        trainer = Trainer(config(run_dir, ITERATIONS, AIW), quiet=True)
+    finally:
+        assert not marker.exists()  # the payload never ran
     trainer.close()
-    assert not marker.exists()
     assert trainer.start_iteration == ITERATIONS - 1  # fell back to the previous checkpoint
     assert f"{newest / 'state.pt'}: refused" in capsys.readouterr().err
 
@@ -221,7 +223,7 @@ def test_safe_load_refuses_pickled_code(tmp_path):
     from roleagent.trainer.checkpoint import safe_load
 
     marker, path = tmp_path / "pwned", tmp_path / "state.pt"
-    path.write_bytes(pickle.dumps({"x": _Payload(str(marker))}))
+    torch.save({"x": _Payload(str(marker))}, path)
     with pytest.raises(CheckpointError, match=f"{path}: refused"):
         safe_load(path)
     assert not marker.exists()
