@@ -117,6 +117,7 @@ class EvalConfig:
     max_tasks: int = _f(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
     temperature: float = _f(0.0, "0 = greedy")
     seed: int = _f(0, "environment seed of every evaluation episode")
+    crash_retries: int = _f(2, "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate")
 
 
 @dataclass

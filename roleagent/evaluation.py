@@ -4,11 +4,18 @@ A panel is the first ``max_tasks`` tasks of an environment's evaluation split in
 split's fixed order (task ids are machine-independent), each played once with environment
 seed ``seed``. Policies: the model behind an ``HFEngine`` (base or trained), or the
 environment's built-in expert (``expert_action``), which checks the games themselves.
+
+Crashed episodes (a worker process died or hung: an infrastructure fault, not the
+policy's) are replayed from the start, at most ``retries`` times each
+(:func:`replay_crashed`); an episode still crashed after that is counted apart
+(:func:`crashed_count`) and left out of the success rate's denominator, so a flaky machine
+neither lowers nor raises a reported success rate.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Callable
 
 import numpy as np
 
@@ -57,18 +64,51 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
     return out
 
 
+def replay_crashed(play: Callable[[list[tuple[Task, int]]], list[Trajectory]], jobs: list[tuple[Task, int]],
+                   retries: int) -> tuple[list[Trajectory], int]:
+    """``play(jobs)``, then replay each job whose episode crashed, up to ``retries`` times.
+
+    Returns the trajectories in job order (a replayed job's last attempt) and the number of
+    replays. Example: one job crashes twice, then completes; ``retries=2`` → its third
+    episode, 2 replays; ``retries=1`` → still crashed, 1 replay.
+    """
+    trajectories = list(play(jobs))
+    replays = 0
+    for _ in range(retries):
+        crashed = [i for i, t in enumerate(trajectories) if t.crashed]
+        if not crashed:
+            break
+        for i, t in zip(crashed, play([jobs[i] for i in crashed])):
+            trajectories[i] = t
+        replays += len(crashed)
+    return trajectories, replays
+
+
+def crashed_count(trajectories: list[Trajectory]) -> int:
+    return sum(1 for t in trajectories if t.crashed)
+
+
 def success_by_type(trajectories: list[Trajectory], labels: dict[str, str] | None = None) -> dict[str, float]:
     """Success rate (%) per ``task.metadata["task_type"]`` (renamed by ``labels``, e.g. an
-    environment's ``table_columns``, in that order) plus ``All`` over all episodes."""
+    environment's ``table_columns``, in that order) plus ``All`` over all episodes.
+
+    Crashed episodes are not in any denominator (NaN where every episode of a column
+    crashed): e.g. 3 successes, 1 failure and 1 crash give 75.0, not 60.0.
+    """
     labels = labels or {}
     by_type: dict[str, list[bool]] = defaultdict(list)
     for t in trajectories:
         task_type = str(t.task.metadata.get("task_type", "all"))
-        by_type[labels.get(task_type, task_type)].append(t.success)
+        by_type[labels.get(task_type, task_type)].append(t)
     order = [label for label in labels.values() if label in by_type] + sorted(set(by_type) - set(labels.values()))
-    table = {k: 100.0 * float(np.mean(by_type[k])) for k in order}
-    table["All"] = 100.0 * float(np.mean([t.success for t in trajectories])) if trajectories else 0.0
+    table = {k: _rate(by_type[k]) for k in order}
+    table["All"] = _rate(trajectories) if trajectories else 0.0
     return table
+
+
+def _rate(trajectories: list[Trajectory]) -> float:
+    finished = [t.success for t in trajectories if not t.crashed]
+    return 100.0 * float(np.mean(finished)) if finished else float("nan")
 
 
 def format_table(rows: dict[str, dict[str, float]], *, columns: list[str] | None = None,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roleagent.aiw.memory import FailureMemory
+from roleagent.aiw.memory import FailureMemory, MemoryDamaged
 from roleagent.aiw.reflection import Reflection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +76,40 @@ def test_truncate_after_rebuilds_modes(tmp_path):
         assert mem.n_failures() == 1
 
 
+def test_rows_written_again_after_truncation_get_the_same_ids(tmp_path):
+    """A resumed run refiles the dropped iteration under the ids an uninterrupted run used."""
+    with FailureMemory(tmp_path / "m.sqlite") as mem:
+        mem.add_failure("e/train/1", 0, ref("a"))
+        first = mem.add_failure("e/train/2", 1, ref("b"))
+        mem.add_retrievals(first, 1, [("e/train/1", 1)], "bm25")
+        mem.commit()
+        rows = mem.record()
+        mem.truncate_after(0)
+        again = mem.add_failure("e/train/2", 1, ref("b"))
+        mem.add_retrievals(again, 1, [("e/train/1", 1)], "bm25")
+        mem.commit()
+        assert again == first == 2
+        assert [m.id for m in mem.modes()] == [1, 2]
+        assert mem.record() == rows  # same rows, same content digest
+
+
+def test_memory_checked_against_the_checkpoint_record(tmp_path):
+    path = tmp_path / "m.sqlite"
+    with FailureMemory(path) as mem:
+        mem.add_failure("e/train/1", 0, ref("a"))
+        mem.commit()
+        record = mem.record()
+        mem.verify(record)
+    assert record["rows"] == {"failure_modes": 1, "failures": 1, "retrievals": 0}
+    for p in tmp_path.glob("m.sqlite*"):  # file (and WAL) lost: recreated empty...
+        p.unlink()
+    with FailureMemory(path) as mem, pytest.raises(MemoryDamaged, match=str(path)):
+        mem.verify(record)  # ...but never taken for the recorded one
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(MemoryDamaged, match=f"{path}: failure memory unreadable"):
+        FailureMemory(path)
+
+
 def test_uncommitted_rows_are_not_visible_to_a_reader(tmp_path):
     path = tmp_path / "m.sqlite"
     mem = FailureMemory(path)
@@ -91,7 +125,7 @@ def test_uncommitted_rows_are_not_visible_to_a_reader(tmp_path):
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from roleagent.aiw.memory import FailureMemory
+    from roleagent.aiw.memory import FailureMemory, MemoryDamaged
     from roleagent.aiw.reflection import Reflection
     mem = FailureMemory({path!r}, ("a",))
     for i in range(5):

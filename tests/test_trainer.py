@@ -8,16 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from roleagent.config import AlgoConfig, OptimConfig, load_config
+from roleagent.config import AlgoConfig, OptimConfig
 from roleagent.trainer import Trainer
+from roleagent.trainer.checkpoint import read_checkpoint
 from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.trainer.update import TrainSample, Updater, micro_batches
 from roleagent.types import Step, Task, Trajectory
-
-TINY = ["model.name=tiny", "model.device=cpu", "env.name=scripted", "env.processes=false",
-        "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=6",
-        "rollout.action_format=action", "wia.max_new_tokens=6", "tensorboard=false",
-        "eval.max_tasks=2", "optim.lr=1e-3"]
+from tests.run_helpers import AIW, config, metrics, run, trainable
 
 
 def _sample(policy, advantage):
@@ -82,34 +79,33 @@ def test_role_agent_without_wia_uses_task_return_only():
 
 
 def _run(tmp_path, name, iterations, extra=()):
-    cfg = load_config(None, TINY + [f"run_dir={tmp_path / name}", f"iterations={iterations}", *extra])
-    trainer = Trainer(cfg, quiet=True)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
-    return trainer
+    return run(tmp_path / name, iterations, extra)
 
 
-def _adapter_weights(trainer):
-    return {k: v.detach().clone() for k, v in trainer.policy.model.named_parameters() if v.requires_grad}
+def _train_records(run_dir):
+    return [r for r in metrics(run_dir) if "iteration" in r]
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):
     full = _run(tmp_path, "full", 2)
-    _run(tmp_path, "split", 1)  # "killed" after iteration 0's checkpoint
+    first = _run(tmp_path, "split", 1)  # "killed" after iteration 0's checkpoint
+    after_first = trainable(first)
     resumed = _run(tmp_path, "split", 2)
     assert resumed.start_iteration == 1
-    for name, value in _adapter_weights(full).items():
-        assert torch.equal(value, _adapter_weights(resumed)[name]), name
+    moved = [k for k, v in trainable(resumed).items() if not torch.equal(v, after_first[k])]
+    assert moved, "iteration 1 did not change the weights: the comparison below would prove nothing"
+    for name, value in trainable(full).items():
+        assert torch.equal(value, trainable(resumed)[name]), name
     rollouts = lambda run: (tmp_path / run / "rollouts" / "iter_000001.jsonl").read_text()  # noqa: E731
     assert rollouts("full") == rollouts("split")
-    records = [json.loads(l) for l in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in records if "iteration" in r]
+    train = _train_records(tmp_path / "full")
     assert [r["iteration"] for r in train] == [0, 1]
+    assert all(r["update/samples"] > 0 and r["update/grad_norm"] > 0 for r in train)
+    assert train == _train_records(tmp_path / "split")
+    records = [json.loads(l) for l in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     for key in ("train/success", "train/valid_action_ratio", "train/zero_variance_groups", "update/kl",
                 "update/clip_frac", "update/grad_norm", "speed/generated_tokens_per_s", "time/update_s"):
-        assert key in train[0], key
+        assert key in records[1], key
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "gigpo"])
@@ -118,19 +114,24 @@ def test_baselines_run(tmp_path, algo):
                                        "optim.kl_coef=0.05"])
     assert (tmp_path / algo / "eval_table.txt").exists()
     assert trainer.evals[-1].label == "after"
+    record, = _train_records(tmp_path / algo)
+    assert record["update/samples"] > 0 and record["update/grad_norm"] > 0  # the baseline trained
 
 
 def test_agent_in_world_run_writes_memory_and_restores_sampler(tmp_path):
-    extra = ["aiw.enabled=true", "aiw.analyst=rule", "aiw.retriever=bm25", "eval.at_start=false"]
+    extra = AIW + ["eval.at_start=false"]
     first = _run(tmp_path, "aiw", 2, extra)
     assert (tmp_path / "aiw" / "failure_memory.sqlite").exists()
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "aiw" / "failure_modes.png").exists()  # Role-Agent Figure 4
-    records = [json.loads(line) for line in (tmp_path / "aiw" / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in records if "iteration" in r]
+    train = _train_records(tmp_path / "aiw")
     assert all("aiw/sampler_entropy" in r and "aiw/retrieved_share" in r for r in train)
-    resumed = Trainer(load_config(None, TINY + [f"run_dir={tmp_path / 'aiw'}", "iterations=2", *extra]), quiet=True)
+    assert sum(r["aiw/n_failures"] for r in train) > 0
+    saved = read_checkpoint(tmp_path / "aiw" / "checkpoints" / "iter_000001", lora=True).state["aiw"]
+    resumed = Trainer(config(tmp_path / "aiw", 2, extra), quiet=True)
     try:
-        assert resumed.aiw.state_dict() == first.aiw.state_dict()
+        assert resumed.finished
+        assert resumed.aiw.state_dict() == saved
+        assert saved["sampler"] == first.aiw.sampler.state_dict()
     finally:
         resumed.close()

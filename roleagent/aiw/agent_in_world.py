@@ -363,10 +363,11 @@ class AgentInWorld:
 
     def state_dict(self) -> dict[str, Any]:
         """Sampler weights, counters and the last processed iteration (JSON-able). The
-        memory itself lives in SQLite, committed every iteration."""
+        memory itself lives in SQLite, committed every iteration; the state keeps its row
+        counts and digest (:meth:`FailureMemory.record`) to check it against on resume."""
         return {"version": 1, "sampler": self.sampler.state_dict(),
                 "counters": dict(self.counters), "last_iteration": self.last_iteration,
-                "config": asdict(self.config)}
+                "config": asdict(self.config), "memory": self.memory.record()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint. Memory rows written after the checkpoint's iteration
@@ -389,6 +390,19 @@ class AgentInWorld:
         removed = self.memory.truncate_after(-1 if last is None else int(last))
         if removed:
             log.info("AIW: dropped %d failure records newer than the checkpoint", removed)
+        if state.get("memory") is not None:  # a lost file or WAL is an error, not a new memory
+            self.memory.verify(state["memory"])
+        self.retriever.reset()
+
+    def reset(self) -> None:
+        """Forget everything (a run restarting at iteration 0 before its first checkpoint):
+        empty memory, uniform sampler, zero counters."""
+        self.memory.truncate_after(-1)
+        self.sampler = TaskSampler(self.sampler.task_ids, decay=self.config.decay,
+                                   floor=self.config.floor, cap=self.config.cap,
+                                   replace=self.config.replace)
+        self.counters = dict.fromkeys(self.counters, 0)
+        self.last_iteration = None
         self.retriever.reset()
 
     def close(self) -> None:

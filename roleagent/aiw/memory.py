@@ -30,6 +30,7 @@ under it — a stable, human-readable canonical text.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
@@ -89,6 +90,13 @@ FAILURE_COLUMNS = ("id", "task_id", "iteration", "dominant_type", "detail", "cri
                    "mode_id", "created", "task_text", "raw_output", "parsed_ok",
                    "type_status")
 
+# What :meth:`FailureMemory.record` digests: every column but the wall-clock ``created``.
+_RECORD_COLUMNS = {
+    "failure_modes": "id, dominant_type, description, first_iteration, last_iteration, count",
+    "failures": ", ".join(c for c in FAILURE_COLUMNS if c != "created"),
+    "retrievals": "id, failure_id, iteration, rank, task_id, candidate_failure_id, method",
+}
+
 
 @dataclass(frozen=True)
 class FailureMode:
@@ -135,6 +143,10 @@ class FailureRecord:
                                     self.core_lesson, self.retrieval_query) if x)
 
 
+class MemoryDamaged(RuntimeError):
+    """The memory file is unreadable or disagrees with the checkpoint's record of it."""
+
+
 class FailureMemory:
     """SQLite-backed failure memory. One writer (the trainer's rank 0) at a time."""
 
@@ -143,17 +155,20 @@ class FailureMemory:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # check_same_thread=False: the trainer may call from a worker thread; there is
         # still one writer at a time (calls are sequential).
-        self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.executescript(_SCHEMA)
-        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                           (str(SCHEMA_VERSION),))
-        if taxonomy:
-            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('taxonomy', ?)",
-                               (json.dumps(list(taxonomy)),))
-        self._conn.commit()
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                               (str(SCHEMA_VERSION),))
+            if taxonomy:
+                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('taxonomy', ?)",
+                                   (json.dumps(list(taxonomy)),))
+            self._conn.commit()
+        except sqlite3.DatabaseError as error:
+            raise MemoryDamaged(f"{self.path}: failure memory unreadable ({error})") from error
         version = int(self.meta("schema_version") or SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: failure memory schema {version}, "
@@ -211,25 +226,54 @@ class FailureMemory:
 
     def truncate_after(self, iteration: int) -> int:
         """Delete failures and retrievals of iterations > ``iteration`` (resume from a
-        checkpoint taken at ``iteration``) and rebuild mode statistics. Returns the
-        number of failures removed. Commits."""
+        checkpoint taken at ``iteration``; -1 empties the memory), rebuild mode statistics
+        and rewind the id counters, so rows written again get the ids an uninterrupted run
+        gives them. Returns the number of failures removed. Commits."""
         cur = self._conn.cursor()
         cur.execute("DELETE FROM retrievals WHERE iteration > ? OR failure_id IN "
                     "(SELECT id FROM failures WHERE iteration > ?)", (iteration, iteration))
         removed = cur.execute("DELETE FROM failures WHERE iteration > ?",
                               (iteration,)).rowcount
-        if removed:
-            cur.execute("DELETE FROM failure_modes WHERE id NOT IN "
-                        "(SELECT DISTINCT mode_id FROM failures)")
-            cur.execute(
-                "UPDATE failure_modes SET "
-                "count = (SELECT COUNT(*) FROM failures f WHERE f.mode_id = failure_modes.id),"
-                "first_iteration = (SELECT MIN(iteration) FROM failures f "
-                "  WHERE f.mode_id = failure_modes.id),"
-                "last_iteration = (SELECT MAX(iteration) FROM failures f "
-                "  WHERE f.mode_id = failure_modes.id)")
+        cur.execute("DELETE FROM failure_modes WHERE id NOT IN "
+                    "(SELECT DISTINCT mode_id FROM failures)")
+        cur.execute(
+            "UPDATE failure_modes SET "
+            "count = (SELECT COUNT(*) FROM failures f WHERE f.mode_id = failure_modes.id),"
+            "first_iteration = (SELECT MIN(iteration) FROM failures f "
+            "  WHERE f.mode_id = failure_modes.id),"
+            "last_iteration = (SELECT MAX(iteration) FROM failures f "
+            "  WHERE f.mode_id = failure_modes.id)")
+        for table in ("failures", "failure_modes", "retrievals"):
+            cur.execute(f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(id), 0) "
+                        f"FROM {table}) WHERE name = ?", (table,))
         self._conn.commit()
         return int(removed)
+
+    def record(self) -> dict[str, Any]:
+        """Row counts and a SHA-256 over the committed rows' content (``created`` times
+        left out), for a checkpoint to verify the memory against on resume."""
+        digest = hashlib.sha256()
+        counts = {}
+        for table, columns in _RECORD_COLUMNS.items():
+            rows = self._conn.execute(f"SELECT {columns} FROM {table} ORDER BY id").fetchall()
+            counts[table] = len(rows)
+            for row in rows:
+                digest.update(json.dumps(row).encode())
+        return {"rows": counts, "sha256": digest.hexdigest()}
+
+    def verify(self, record: dict[str, Any]) -> None:
+        """Raise :class:`MemoryDamaged` naming the file if the memory is not the one the
+        checkpoint recorded (file or its WAL lost, rows altered)."""
+        try:
+            now = self.record()
+        except sqlite3.DatabaseError as error:
+            raise MemoryDamaged(f"{self.path}: failure memory unreadable ({error})") from error
+        if now != record:
+            raise MemoryDamaged(
+                f"{self.path} holds {now['rows']} rows, the checkpoint recorded {record['rows']}"
+                + (" (same counts, different content)" if now["rows"] == record["rows"] else "")
+                + ": the memory file or its -wal file was lost, replaced or damaged; restore it "
+                "(or start the run over in a new run_dir)")
 
     # ------------------------------------------------------------ reading ----------
 

@@ -5,24 +5,58 @@ Layout (``run_dir/checkpoints/iter_000003/``)::
     adapter/ or model.safetensors   trainable weights (LoRA adapters, or the full model)
     optimizer.pt                    AdamW state
     state.pt                        iteration, Python/numpy/torch/engine RNG states,
-                                    extra component states (e.g. the AIW task sampler)
+                                    extra component states (AIW sampler, hooks), and the
+                                    record of the run's files at that point (metrics.jsonl
+                                    length and digest, failure-memory row counts)
+    manifest.json                   size and SHA-256 of every file above (written last)
+    finished.json                   only after the run's final evaluation: the run is done
 
-A checkpoint is written to a temporary folder and renamed into place, and
-``checkpoints/latest`` names the newest complete one, so a run killed mid-save resumes
-from the previous checkpoint.
+Writing: everything goes to ``.tmp_iter_*`` first, is fsynced, and the folder is renamed
+into place; ``checkpoints/latest`` is then replaced atomically, and only after that are
+checkpoints beyond the newest ``keep`` deleted, so a complete previous checkpoint exists
+at every instant.
+
+Reading: candidates are the ``iter_*`` folders, newest first (``latest`` is only a hint).
+Each is validated against its manifest before use; a missing, truncated or altered file is
+reported by name and the previous checkpoint is tried. Nothing is unpickled with code:
+``state.pt`` and ``optimizer.pt`` load with ``torch.load(weights_only=True)``, so every
+state stored here is plain data (dicts, lists, tuples, numbers, strings, tensors).
+
+Checkpoints written before manifests and weights-only state existed are rejected with a
+message saying so (they cannot be validated).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
+import os
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from roleagent.models.loading import Policy
+
+MANIFEST = "manifest.json"
+FINISHED = "finished.json"
+FORMAT = 2
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint (or the run directory around it) cannot be used; the message names the file."""
+
+
+class RunDirBusy(RuntimeError):
+    """Another trainer holds the run directory's lock."""
+
+
+# ------------------------------------------------------------------ writing ----------
 
 
 def save_checkpoint(
@@ -42,45 +76,153 @@ def save_checkpoint(
         tensors = {k: v.detach().contiguous().cpu() for k, v in policy.model.state_dict().items()}
         save_file(_untie(tensors), tmp / "model.safetensors")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save({"iteration": iteration, "rng": rng_state(), **state}, tmp / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
+    torch.save(plain({"format": FORMAT, "iteration": iteration, "rng": rng_state(), **state}), tmp / "state.pt")
+    files = {str(p.relative_to(tmp)): _file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    _write_atomic(tmp / MANIFEST, json.dumps({"format": FORMAT, "iteration": iteration, "files": files}))
+    for p in tmp.rglob("*"):
+        if p.is_file():
+            _fsync(p)
+    if final.exists():  # e.g. a damaged copy of this iteration: replace it only now
+        trash = root / f".old_{final.name}"
+        shutil.rmtree(trash, ignore_errors=True)
+        final.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
     tmp.rename(final)
-    (root / "latest.tmp").write_text(final.name)
-    (root / "latest.tmp").replace(root / "latest")
-    for old in sorted(root.glob("iter_*"))[:-keep]:
+    _write_atomic(root / "latest", final.name)
+    for old in checkpoint_candidates(run_dir)[keep:]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    pointer = run_dir / "checkpoints" / "latest"
-    if not pointer.exists():
+def mark_finished(checkpoint: Path, info: dict[str, Any]) -> None:
+    """Record that the run ended (final evaluation written) after ``checkpoint``."""
+    _write_atomic(checkpoint / FINISHED, json.dumps(info))
+
+
+# ------------------------------------------------------------------ reading ----------
+
+
+@dataclass
+class LoadedCheckpoint:
+    path: Path
+    weights: dict[str, torch.Tensor]  # adapter or full-model tensors
+    optimizer: dict[str, Any]
+    state: dict[str, Any]
+    finished: dict[str, Any] | None
+
+
+def checkpoint_candidates(run_dir: Path) -> list[Path]:
+    """Complete-looking checkpoint folders, newest iteration first."""
+    root = run_dir / "checkpoints"
+    found = []
+    for path in root.glob("iter_*") if root.is_dir() else ():
+        suffix = path.name[len("iter_"):]
+        if path.is_dir() and suffix.isdigit():
+            found.append((int(suffix), path))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def find_checkpoint(run_dir: Path, *, lora: bool, device: str | torch.device = "cpu",
+                    warn: Callable[[str], None] = print) -> LoadedCheckpoint | None:
+    """The newest checkpoint that validates and loads; ``None`` if the run never saved one.
+
+    A checkpoint that fails is reported through ``warn`` (naming the file) and the previous
+    one is tried. Raises :class:`CheckpointError` if checkpoints existed but none is usable.
+    """
+    root = run_dir / "checkpoints"
+    pointer = root / "latest"
+    named = pointer.read_text().strip() if pointer.is_file() else None
+    candidates = checkpoint_candidates(run_dir)
+    if not candidates:
+        if named is not None:
+            raise CheckpointError(
+                f"{pointer} names {named}, which does not exist, and {root} holds no other "
+                "checkpoint: refusing to restart this run from iteration 0 (restore the checkpoint, "
+                "or move the run directory away to start over)")
         return None
-    path = run_dir / "checkpoints" / pointer.read_text().strip()
-    return path if path.exists() else None
+    if named is None:
+        warn(f"{pointer} is missing; looking for the newest valid checkpoint in {root}")
+    elif not (root / named).is_dir():
+        warn(f"{pointer} names {named}, which does not exist; trying the newest other checkpoint")
+    problems = []
+    for path in candidates:
+        try:
+            return read_checkpoint(path, lora=lora, device=device)
+        except CheckpointError as error:
+            problems.append(str(error))
+            warn(f"skipping damaged checkpoint: {error}")
+    raise CheckpointError(f"no usable checkpoint in {root}: " + "; ".join(problems))
 
 
-def load_checkpoint(path: Path, *, policy: Policy, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights and optimizer in place; returns the saved state (RNGs restored)."""
+def read_checkpoint(path: Path, *, lora: bool, device: str | torch.device = "cpu") -> LoadedCheckpoint:
+    """Validate ``path`` against its manifest and load its files (no code runs)."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise CheckpointError(f"{manifest_path} is missing (incomplete checkpoint, or one written "
+                              "by an older roleagent, which this version cannot validate)")
+    manifest = _read_json(manifest_path)
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{manifest_path}: checkpoint format {manifest.get('format')}, "
+                              f"this roleagent reads {FORMAT}")
+    for name, entry in manifest.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing")
+        if file.stat().st_size != entry["size"]:
+            raise CheckpointError(f"{file} has {file.stat().st_size} bytes, the manifest "
+                                  f"recorded {entry['size']} (truncated or altered)")
+        if _sha256(file) != entry["sha256"]:
+            raise CheckpointError(f"{file} does not match its SHA-256 in the manifest (altered)")
+    weights_file = path / ("adapter" if lora else "model.safetensors")
+    try:
+        if lora:
+            from peft.utils import load_peft_weights
+
+            weights = load_peft_weights(str(weights_file), device=str(device))
+        else:
+            from safetensors.torch import load_file
+
+            weights = load_file(weights_file, device=str(device))
+    except Exception as error:  # noqa: BLE001 - reported with the file's name
+        raise CheckpointError(f"{weights_file}: cannot load weights ({error})") from error
+    optimizer = safe_load(path / "optimizer.pt", map_location=device)
+    state = safe_load(path / "state.pt")
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path / 'state.pt'}: not a format-{FORMAT} state")
+    finished = _read_json(path / FINISHED) if (path / FINISHED).is_file() else None
+    return LoadedCheckpoint(path, weights, optimizer, state, finished)
+
+
+def apply_checkpoint(loaded: LoadedCheckpoint, *, policy: Policy, optimizer: torch.optim.Optimizer) -> None:
+    """Put loaded weights, optimizer state and global RNG states in place."""
     if policy.lora:
         from peft import set_peft_model_state_dict
-        from peft.utils import load_peft_weights
 
-        set_peft_model_state_dict(policy.model, load_peft_weights(str(path / "adapter"), device=str(policy.device)))
+        set_peft_model_state_dict(policy.model, loaded.weights)
     else:
-        from safetensors.torch import load_file
+        policy.model.load_state_dict(loaded.weights, strict=False)
+    optimizer.load_state_dict(loaded.optimizer)
+    set_rng_state(loaded.state["rng"])
 
-        policy.model.load_state_dict(load_file(path / "model.safetensors", device=str(policy.device)), strict=False)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=policy.device, weights_only=False))
-    state = torch.load(path / "state.pt", weights_only=False)
-    set_rng_state(state["rng"])
-    return state
+
+def safe_load(path: Path, **kwargs: Any) -> Any:
+    """``torch.load`` that refuses pickled code (``weights_only=True``); errors name the file."""
+    try:
+        return torch.load(path, weights_only=True, **kwargs)
+    except Exception as error:  # noqa: BLE001 - includes UnpicklingError for forbidden globals
+        raise CheckpointError(f"{path}: refused or unreadable ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
+
+
+# --------------------------------------------------------------------- RNGs ----------
 
 
 def rng_state() -> dict[str, Any]:
+    """Global RNG states as plain data (loadable with ``weights_only=True``)."""
+    legacy = np.random.get_state(legacy=False)
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {**legacy, "state": {"key": legacy["state"]["key"].tolist(), "pos": int(legacy["state"]["pos"])}},
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -88,10 +230,98 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    key = np.asarray(numpy_state["state"]["key"], dtype=np.uint32)
+    np.random.set_state({**numpy_state, "state": {"key": key, "pos": numpy_state["state"]["pos"]}})
     torch.set_rng_state(state["torch"])
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars/arrays → Python numbers/lists, recursively (tensors stay tensors)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [plain(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ----------------------------------------------------------------- the lock ----------
+
+
+class RunDirLock:
+    """An exclusive ``flock`` on ``run_dir/.lock``: one trainer per run directory.
+
+    The kernel drops the lock when the process exits, however it exits (crash, SIGKILL),
+    so a stale lock file never blocks a later run.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".lock"
+        self._file = self.path.open("a+")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "unknown"
+            self._file.close()
+            raise RunDirBusy(f"{run_dir} is in use by another trainer (pid {holder} holds {self.path}); "
+                             "wait for it to finish or choose another run_dir") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+
+
+# ---------------------------------------------------------------- plumbing -----------
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable ({error})") from error
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    _fsync(path.parent)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -10,13 +10,18 @@ advantage function)::
     AIW: analyse failures → memory → retrieve → reweight tasks
 
 Everything random draws from generators stored in the checkpoint, so a resumed run
-continues exactly where an uninterrupted one would be.
+continues exactly where an uninterrupted one would be. The run directory's files are
+written exactly once: the checkpoint records how far ``metrics.jsonl`` and the failure
+memory had got, a resumed run cuts both back to that record (a run with no checkpoint
+yet starts them empty), and a run whose final evaluation is done is not run again. One
+trainer at a time holds ``run_dir/.lock``.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +35,20 @@ from roleagent.algos import prediction_horizon
 from roleagent.config import TrainConfig, aiw_config, to_dict
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.envs.workers import EnvPool
-from roleagent.evaluation import format_table, panel, success_by_type
+from roleagent.evaluation import crashed_count, format_table, panel, replay_crashed, success_by_type
 from roleagent.models.loading import load_policy
 from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.trainer.advantages import StepBatch, compute_advantages, zero_variance_fraction
-from roleagent.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roleagent.trainer.checkpoint import (
+    CheckpointError,
+    LoadedCheckpoint,
+    RunDirLock,
+    apply_checkpoint,
+    checkpoint_candidates,
+    find_checkpoint,
+    mark_finished,
+    save_checkpoint,
+)
 from roleagent.trainer.hooks import TrainerHook
 from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
 from roleagent.trainer.update import TrainSample, Updater
@@ -68,6 +82,15 @@ class Trainer:
         self.quiet = quiet
         self.run_dir = Path(cfg.run_dir)
         (self.run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
+        self._lock = RunDirLock(self.run_dir)  # before anything in run_dir is touched
+        try:
+            self._setup(cfg, resume)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, cfg: TrainConfig, resume: bool) -> None:
+        self.resume = resume
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         random.seed(cfg.seed)
@@ -111,8 +134,12 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
-        if resume and (checkpoint := latest_checkpoint(self.run_dir)) is not None:
-            self._restore(checkpoint)
+        self.resumed_from: Path | None = None
+        self.finished = False  # the run's final evaluation is already on disk
+        self._metrics_position: dict | None = None
+        if resume and (loaded := find_checkpoint(self.run_dir, lora=self.policy.lora, device=self.policy.device,
+                                                 warn=self._warn)) is not None:
+            self._restore(loaded)
 
     # ------------------------------------------------------------ components ---------
 
@@ -140,9 +167,15 @@ class Trainer:
 
     def run(self) -> list[EvalResult]:
         cfg = self.cfg
+        if self.finished:
+            self._warn(f"{self.run_dir}: this run already finished ({cfg.iterations} iterations, final "
+                       "evaluation written); nothing to do")
+            return self.evals
+        self._prepare_files()
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if self.start_iteration == 0 and cfg.eval.at_start:
             self.evaluate("before")
+        checkpoint = self.resumed_from
         for iteration in range(self.start_iteration, cfg.iterations):
             record = self.train_iteration(iteration)
             self.metrics.write(record)
@@ -150,10 +183,36 @@ class Trainer:
             if cfg.eval.every and (iteration + 1) % cfg.eval.every == 0 and iteration + 1 < cfg.iterations:
                 self.evaluate(f"iter{iteration + 1}")
             if (iteration + 1) % cfg.checkpoint_every == 0 or iteration + 1 == cfg.iterations:
-                self.save(iteration)
+                checkpoint = self.save(iteration)
         self.evaluate("after")
         self.write_summary()
+        if checkpoint is not None:
+            mark_finished(checkpoint, {"iterations": cfg.iterations,
+                                       "evals": [(e.label, e.table) for e in self.evals]})
         return self.evals
+
+    def _prepare_files(self) -> None:
+        """Cut metrics and memory back to the restored checkpoint's record, or, for a run
+        starting at iteration 0, start them empty (refusing when they show that
+        checkpoints existed and are gone)."""
+        if self.start_iteration > 0:
+            dropped = self.metrics.rewind(self._metrics_position)
+            if dropped and not self.quiet:
+                print(f"dropped {dropped} bytes of {self.metrics.path} written after the checkpoint")
+            return
+        if self.resume and not checkpoint_candidates(self.run_dir):
+            # A record past the first save point proves a checkpoint was written.
+            records = self.metrics.records()
+            late = [r["iteration"] for r in records if isinstance(r.get("iteration"), int)
+                    and r["iteration"] >= self.cfg.checkpoint_every]
+            if late or (self.cfg.iterations > 0 and any(r.get("eval") == "after" for r in records)):
+                raise CheckpointError(
+                    f"{self.metrics.path} shows that checkpoints were saved, but "
+                    f"{self.run_dir / 'checkpoints'} holds none: refusing to restart from iteration 0 "
+                    "over this run (restore the checkpoints, or start over with --no-resume)")
+        self.metrics.reset()
+        if self.aiw is not None:
+            self.aiw.reset()
 
     def train_iteration(self, iteration: int) -> dict:
         cfg, started = self.cfg, time.perf_counter()
@@ -221,24 +280,32 @@ class Trainer:
         }
 
     def evaluate(self, label: str) -> EvalResult:
+        """Greedy episodes on the fixed panel; crashed episodes are replayed up to
+        ``eval.crash_retries`` times, and those still crashed are reported apart
+        (``eval/crashed_episodes``), not as failures."""
         cfg = self.cfg
         settings = RolloutSettings(**{**self.settings.__dict__, "temperature": cfg.eval.temperature, "wia_horizon": 0})
         jobs = [(task, cfg.eval.seed) for task in self.eval_tasks]
         generator_state = self.engine.generator.get_state()  # evaluation must not shift training randomness
-        with self._progress(f"eval {label}", self.max_steps * -(-len(jobs) // self.pool.size)) as bar:
-            trajectories, _ = run_episodes(engine=self.engine, pool=self.pool, jobs=jobs,
-                                           settings=settings, progress=bar)
+
+        def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
+            with self._progress(f"eval {label}", self.max_steps * -(-len(wave) // self.pool.size)) as bar:
+                return run_episodes(engine=self.engine, pool=self.pool, jobs=wave, settings=settings,
+                                    progress=bar)[0]
+
+        trajectories, replays = replay_crashed(play, jobs, cfg.eval.crash_retries)
         self.engine.generator.set_state(generator_state)
         result = EvalResult(label, trajectories, success_by_type(trajectories, self.pool.meta.table_columns))
         self.evals.append(result)
         self._dump(f"eval_{label}", trajectories)
         self.metrics.write({"eval": label, **rollout_metrics(trajectories, prefix="eval/"),
-                            **{f"eval/success_{k}": v for k, v in result.table.items()}})
+                            **{f"eval/success_{k}": v for k, v in result.table.items()},
+                            "eval/crashed_episodes": crashed_count(trajectories), "eval/replayed_episodes": replays})
         return result
 
     # ------------------------------------------------------- persistence -------------
 
-    def save(self, iteration: int) -> None:
+    def save(self, iteration: int) -> Path:
         state = {
             "rng_np": self.rng.bit_generator.state,
             "rng_shuffle": self.shuffle_rng.getstate(),
@@ -246,11 +313,14 @@ class Trainer:
             "aiw": self.aiw.state_dict() if self.aiw is not None else None,
             "hooks": {hook.name: hook.state_dict() for hook in self.hooks},
             "evals": [(e.label, e.table) for e in self.evals],
+            "metrics": self.metrics.position(),
         }
-        save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.updater.optimizer, state=state)
+        return save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.updater.optimizer,
+                               state=state)
 
-    def _restore(self, checkpoint: Path) -> None:
-        state = load_checkpoint(checkpoint, policy=self.policy, optimizer=self.updater.optimizer)
+    def _restore(self, loaded: LoadedCheckpoint) -> None:
+        state = loaded.state
+        apply_checkpoint(loaded, policy=self.policy, optimizer=self.updater.optimizer)
         self.rng.bit_generator.state = state["rng_np"]
         self.shuffle_rng.setstate(state["rng_shuffle"])
         self.engine.generator.set_state(state["engine_generator"])
@@ -260,8 +330,14 @@ class Trainer:
             hook.load_state_dict(state.get("hooks", {}).get(hook.name, {}))
         self.evals = [EvalResult(label, [], table) for label, table in state.get("evals", [])]
         self.start_iteration = state["iteration"] + 1
-        if not self.quiet:
-            print(f"resuming from {checkpoint} (next iteration {self.start_iteration})")
+        self.resumed_from = loaded.path
+        self._metrics_position = state["metrics"]
+        done = loaded.finished
+        if done is not None and done.get("iterations") == self.cfg.iterations:
+            self.finished = True
+            self.evals = [EvalResult(label, [], table) for label, table in done.get("evals", [])]
+        elif not self.quiet:
+            print(f"resuming from {loaded.path} (next iteration {self.start_iteration})")
 
     def write_summary(self) -> None:
         rows = {e.label: e.table for e in self.evals}
@@ -278,10 +354,14 @@ class Trainer:
             print("\n" + table)
 
     def close(self) -> None:
-        self.pool.close()
-        self.metrics.close()
-        if self.aiw is not None:
-            self.aiw.close()
+        """Release everything, also after a failed ``__init__`` (whatever was built)."""
+        try:
+            for name in ("pool", "metrics", "aiw"):
+                part = getattr(self, name, None)
+                if part is not None:
+                    part.close()
+        finally:
+            self._lock.release()
 
     # -------------------------------------------------------------- plumbing ---------
 
@@ -289,6 +369,9 @@ class Trainer:
         with (self.run_dir / "rollouts" / f"{name}.jsonl").open("w") as f:
             for t in trajectories:
                 f.write(json.dumps(t.to_json(), default=str) + "\n")
+
+    def _warn(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
 
     def _progress(self, desc: str, total: int):
         return tqdm(total=total, desc=desc, leave=False, disable=self.quiet, unit="turn")

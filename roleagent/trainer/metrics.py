@@ -1,8 +1,17 @@
-"""Metrics to ``metrics.jsonl`` (one JSON object per record) and, when installed, TensorBoard."""
+"""Metrics to ``metrics.jsonl`` (one JSON object per record) and, when installed, TensorBoard.
+
+Exactly once across kills: a checkpoint stores :meth:`MetricsWriter.position` (byte length
+and SHA-256 of the file so far); a resumed run :meth:`MetricsWriter.rewind`\ s the file to
+it, dropping records written after the checkpoint (they are written again), and a run
+started from iteration 0 :meth:`MetricsWriter.reset`\ s it. TensorBoard event files are
+append-only: a resumed run's re-done steps appear twice there (the viewer shows the last).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import math
 from pathlib import Path
 from typing import Any
@@ -35,18 +44,56 @@ class MetricsWriter:
                     self._tb.add_scalar(key, value, record["iteration"])
             self._tb.flush()
 
+    def position(self) -> dict[str, Any]:
+        """``{"bytes": n, "sha256": h}`` of the file as written so far."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    def rewind(self, position: dict[str, Any]) -> int:
+        """Cut the file back to ``position`` (from a checkpoint); returns the bytes dropped.
+        Raises ``RuntimeError`` naming the file if its first ``position["bytes"]`` bytes are
+        not the ones the checkpoint saw (the file was lost, truncated or edited)."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        n = int(position["bytes"])
+        if len(data) < n or hashlib.sha256(data[:n]).hexdigest() != position["sha256"]:
+            raise RuntimeError(f"{self.path} does not start with the {n} bytes the checkpoint recorded "
+                               f"(it has {len(data)}): the file was lost, truncated or edited; "
+                               "restore it or start the run over in a new run_dir")
+        if len(data) > n:
+            with self.path.open("r+b") as f:
+                f.truncate(n)
+                os.fsync(f.fileno())
+        return len(data) - n
+
+    def reset(self) -> None:
+        """Start an empty file (a run starting at iteration 0)."""
+        self.path.write_bytes(b"")
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records so far (lines that do not parse are skipped: a torn last line)."""
+        out = []
+        for line in (self.path.read_text().splitlines() if self.path.exists() else []):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
-    """Success, return, length, valid-action ratio, crashes; WIA score and its link to success."""
+    """Success (crashed episodes left out; NaN if all crashed), return, length, valid-action
+    ratio, crashed fraction; WIA score and its link to success."""
     if not trajectories:
         return {}
     steps = [s for t in trajectories for s in t.steps]
+    finished = [t for t in trajectories if not t.crashed]
     out = {
-        f"{prefix}success": float(np.mean([t.success for t in trajectories])),
+        # Success among episodes that ended (a crash is the machine's fault, not a failure).
+        f"{prefix}success": (float(np.mean([t.success for t in finished])) if finished else math.nan),
         f"{prefix}return": float(np.mean([t.episode_return for t in trajectories])),
         f"{prefix}length": float(np.mean([len(t.steps) for t in trajectories])),
         f"{prefix}valid_action_ratio": float(np.mean([s.valid for s in steps])) if steps else 0.0,
