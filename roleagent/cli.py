@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_dir_errors() -> tuple[type[Exception], ...]:
+    """A run directory that cannot be used as it is: damaged, busy or tampered with."""
+    from roleagent.aiw.memory import MemoryDamaged
+    from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy
+
+    return CheckpointError, RunDirBusy, MemoryDamaged
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -146,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"config error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
         return 2
+    except Exception as error:
+        if not isinstance(error, _run_dir_errors()):
+            raise
+        print(f"run directory error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
+        return 3
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last checkpoint", file=sys.stderr)
         return 130

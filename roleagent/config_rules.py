@@ -76,7 +76,7 @@ FIELD_RULES: dict[str, Rule] = {
     "optim.dual_clip": above(1), "optim.kl_coef": at_least(0), "optim.entropy_coef": at_least(0),
     "optim.grad_clip": above(0),
     "eval.every": at_least(0), "eval.max_tasks": at_least(0), "eval.temperature": at_least(0),
-    "eval.seed": SEED,
+    "eval.seed": SEED, "eval.crash_retries": at_least(0),
     "aiw.analyst": one_of("policy", "rule", "llm"),
     "aiw.retriever": one_of("policy", "llm", "bm25", "embedding"),
     "seal.w_min": within(0, 1, open_low=True), "seal.w_max": at_least(1),

@@ -17,7 +17,7 @@ import torch
 from roleagent.aiw.memory import MemoryDamaged
 from roleagent.trainer import Trainer
 from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy, _file_entry
-from tests.run_helpers import AIW, Killed, assert_same_run, config, memory_rows, metrics, run, trainable
+from tests.run_helpers import AIW, TINY, Killed, assert_same_run, config, memory_rows, metrics, run, trainable
 
 ITERATIONS = 2
 
@@ -227,3 +227,21 @@ def test_safe_load_refuses_pickled_code(tmp_path):
     with pytest.raises(CheckpointError, match=f"{path}: refused"):
         safe_load(path)
     assert not marker.exists()
+
+
+def test_cli_reports_a_busy_run_dir_in_one_line(tmp_path, capsys):
+    from roleagent import cli
+    from roleagent.trainer.checkpoint import RunDirLock
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = RunDirLock(run_dir)
+    try:
+        args = ["train"] + [a for item in TINY for a in ("--set", item)]
+        code = cli.main(args + ["--set", f"run_dir={run_dir}", "--set", "iterations=1"])
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert code == 3
+    assert err.startswith("run directory error: ") and err.count("\n") == 1, err
+    assert "in use by another trainer" in err
