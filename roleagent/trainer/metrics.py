@@ -1,9 +1,9 @@
 """Metrics to ``metrics.jsonl`` (one JSON object per record) and, when installed, TensorBoard.
 
 Exactly once across kills: a checkpoint stores :meth:`MetricsWriter.position` (byte length
-and SHA-256 of the file so far); a resumed run :meth:`MetricsWriter.rewind`\ s the file to
+and SHA-256 of the file so far); a resumed run rewinds the file (:meth:`MetricsWriter.rewind`) to
 it, dropping records written after the checkpoint (they are written again), and a run
-started from iteration 0 :meth:`MetricsWriter.reset`\ s it. TensorBoard event files are
+started from iteration 0 resets it (:meth:`MetricsWriter.reset`). TensorBoard event files are
 append-only: a resumed run's re-done steps appear twice there (the viewer shows the last).
 """
 
