@@ -125,3 +125,16 @@ def test_templates_that_rewrite_contents_fall_back_to_breaking_specials(tiny_pol
     assert ids.count(im_end) == 1
     assert tok.decode(ids).replace("\u200b", "") == tok.apply_chat_template(
         hostile, tokenize=False, add_generation_prompt=True)
+
+
+def test_hf_engine_implements_the_engine_protocol_and_its_rng_state_round_trips(tiny_policy):
+    from roleagent.engine.base import Engine
+
+    engine = HFEngine(tiny_policy)
+    assert isinstance(engine, Engine)
+    engine.seed(3)
+    state = engine.get_rng_state()
+    params = SamplingParams(max_new_tokens=5, temperature=1.0)
+    first = engine.generate([[1, 2, 3]], params)[0].ids
+    engine.set_rng_state(state)
+    assert engine.generate([[1, 2, 3]], params)[0].ids == first

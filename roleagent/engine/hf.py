@@ -17,32 +17,17 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
-
 import torch
 
+from roleagent.engine.base import Generation, SamplingParams
 from roleagent.models.loading import Policy
 
-
-@dataclass
-class Generation:
-    prompt_ids: list[int]
-    ids: list[int]  # generated tokens, including the stop token when one was hit
-    logprobs: list[float]  # one per generated token
-    text: str  # decoded ``ids`` without special tokens
-    truncated: bool  # stopped by max_new_tokens rather than a stop string or EOS
-
-
-@dataclass
-class SamplingParams:
-    max_new_tokens: int = 48
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
+__all__ = ["Generation", "HFEngine", "SamplingParams", "encode_chat"]
 
 
 class HFEngine:
-    """Generation and chat encoding for one :class:`Policy`."""
+    """Generation and chat encoding for one :class:`Policy` (implements
+    :class:`roleagent.engine.base.Engine`)."""
 
     def __init__(self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024):
         self.policy = policy
@@ -59,6 +44,12 @@ class HFEngine:
 
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
+
+    def get_rng_state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
 
     # --------------------------------------------------------------- prompts ---------
 

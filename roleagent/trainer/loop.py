@@ -286,7 +286,7 @@ class Trainer:
         cfg = self.cfg
         settings = RolloutSettings(**{**self.settings.__dict__, "temperature": cfg.eval.temperature, "wia_horizon": 0})
         jobs = [(task, cfg.eval.seed) for task in self.eval_tasks]
-        generator_state = self.engine.generator.get_state()  # evaluation must not shift training randomness
+        generator_state = self.engine.get_rng_state()  # evaluation must not shift training randomness
 
         def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
             with self._progress(f"eval {label}", self.max_steps * -(-len(wave) // self.pool.size)) as bar:
@@ -294,7 +294,7 @@ class Trainer:
                                     progress=bar)[0]
 
         trajectories, replays = replay_crashed(play, jobs, cfg.eval.crash_retries)
-        self.engine.generator.set_state(generator_state)
+        self.engine.set_rng_state(generator_state)
         result = EvalResult(label, trajectories, success_by_type(trajectories, self.pool.meta.table_columns))
         self.evals.append(result)
         self._dump(f"eval_{label}", trajectories)
@@ -309,7 +309,7 @@ class Trainer:
         state = {
             "rng_np": self.rng.bit_generator.state,
             "rng_shuffle": self.shuffle_rng.getstate(),
-            "engine_generator": self.engine.generator.get_state(),
+            "engine_generator": self.engine.get_rng_state(),
             "aiw": self.aiw.state_dict() if self.aiw is not None else None,
             "hooks": {hook.name: hook.state_dict() for hook in self.hooks},
             "evals": [(e.label, e.table) for e in self.evals],
@@ -323,7 +323,7 @@ class Trainer:
         apply_checkpoint(loaded, policy=self.policy, optimizer=self.updater.optimizer)
         self.rng.bit_generator.state = state["rng_np"]
         self.shuffle_rng.setstate(state["rng_shuffle"])
-        self.engine.generator.set_state(state["engine_generator"])
+        self.engine.set_rng_state(state["engine_generator"])
         if self.aiw is not None and state.get("aiw") is not None:
             self.aiw.load_state_dict(state["aiw"])
         for hook in self.hooks:

@@ -1,0 +1,64 @@
+"""The engine protocol: what rollouts, roles and the trainer need from a generator.
+
+``rollout.py``, the roles and the training loop talk to this protocol only, so a second
+engine (an OpenAI-compatible server, vLLM) is added without touching them. An engine
+turns chats into token ids (the exact ids the policy is trained on) and generates from
+batches of token-id prompts, returning the generated ids with their sampling log-probs::
+
+    prompt = engine.encode_chat([{"role": "user", "content": "hi"}], response_prefix="<action>")
+    [g] = engine.generate([prompt], SamplingParams(max_new_tokens=16, temperature=0.9))
+    g.prompt_ids, g.ids, g.logprobs, g.text      # token in, token out
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    ids: list[int]  # generated tokens, including the stop token when one was hit
+    logprobs: list[float]  # one per generated token, log π of the distribution sampled from
+    text: str  # decoded ``ids`` without special tokens
+    truncated: bool  # stopped by max_new_tokens rather than a stop string or EOS
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 48
+    temperature: float = 1.0  # 0: greedy (log-probs then at T = 1)
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Chat encoding and batched generation for one policy."""
+
+    tokenizer: Any  # a transformers tokenizer (counting tokens, decoding)
+    max_prompt_tokens: int  # prompts are left-truncated to this many tokens
+    generated_tokens: int  # running counters, for tokens/s metrics
+    prompt_tokens: int
+
+    def encode_chat(self, messages: list[dict[str, str]], *, response_prefix: str = "") -> list[int]:
+        """Token ids of ``messages`` under the model's chat template, ending with the
+        assistant turn opened and ``response_prefix`` already written. Text inside messages
+        never becomes a special token."""
+        ...
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """One :class:`Generation` per prompt, in order."""
+        ...
+
+    def seed(self, seed: int) -> None:
+        """Reset the sampling random generator."""
+        ...
+
+    def get_rng_state(self) -> Any:
+        """The sampling generator's state (saved in checkpoints, restored around evaluation)."""
+        ...
+
+    def set_rng_state(self, state: Any) -> None:
+        ...
