@@ -1,0 +1,25 @@
+"""Generation engines behind one protocol (:class:`roleagent.engine.base.Engine`).
+
+Engines are named in a registry; ``model.engine`` picks one (a short name, an entry point
+in the ``roleagent.engines`` group, or ``module:Class``)::
+
+    engine = create_engine("hf", policy, max_batch=32, max_prompt_tokens=1024)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roleagent.engine.base import Engine, Generation, SamplingParams
+from roleagent.plugins import load_object, resolve
+
+#: Short name → ``module:Class``. The class is built as ``cls(policy, **kwargs)``.
+ENGINES: dict[str, str] = {"hf": "roleagent.engine.hf:HFEngine"}
+
+
+def create_engine(name: str, policy: Any, **kwargs: Any) -> Engine:
+    """Build the engine ``name`` for ``policy``; unknown names raise ``PluginError``."""
+    return load_object(resolve("engines", name, ENGINES))(policy, **kwargs)
+
+
+__all__ = ["ENGINES", "Engine", "Generation", "SamplingParams", "create_engine"]
