@@ -94,8 +94,9 @@ def _envs(args: argparse.Namespace) -> int:
     from roleagent.envs import env_specs, missing_requirements
 
     for name, spec in sorted(env_specs().items()):
-        missing = missing_requirements(name)
-        status = "ready" if not missing else f"needs pip install 'roleagent[{spec.extra}]'"
+        missing = missing_requirements(name)  # a plug-in (entry point) requires its own module
+        status = ("ready" if not missing else f"needs pip install 'roleagent[{spec.extra}]'" if spec.extra
+                  else f"cannot import {', '.join(missing)}")
         print(f"{name:10s} {status:40s} {spec.description}")
     return 0
 

@@ -10,7 +10,6 @@ numeric or string field is added without a rule here (or in :data:`FREE`).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import inspect
 import math
@@ -116,22 +115,30 @@ def check_fields(cfg: Any) -> None:
 
 
 def check_env(name: str, kwargs: dict[str, Any]) -> None:
-    """The environment is registered, its packages are installed, and its class takes
-    every ``env.kwargs`` key (checked without building it)."""
-    from roleagent.envs import env_specs
+    """The environment is registered, an entry point or an importable ``module:Class``
+    :class:`~roleagent.envs.Environment` subclass; a registered one's packages are
+    installed; and its class takes every ``env.kwargs`` key (checked without building it)."""
+    from roleagent.envs.base import env_class, env_spec, module_available
+    from roleagent.plugins import PluginError
 
-    specs = env_specs()
-    if name not in specs:
-        raise ConfigError(f"env.name={name!r}: unknown environment; known: {', '.join(sorted(specs))}")
-    spec = specs[name]
-    missing = [m for m in spec.requires if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'")
-    module, attr = spec.factory.split(":")
     try:
-        params = inspect.signature(getattr(importlib.import_module(module), attr)).parameters
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return  # the trainer reports an environment that cannot be imported
+        spec = env_spec(name)
+    except PluginError as error:
+        raise ConfigError(f"env.name={name!r}: {error}") from None
+    if spec.extra:
+        missing = [m for m in spec.requires if not module_available(m)]
+        if missing:
+            raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'")
+    try:
+        cls = env_class(spec.factory)
+    except PluginError as error:
+        if not spec.extra:  # a plug-in: what the recipe names must import
+            raise ConfigError(f"env.name={name!r}: {error}") from None
+        return  # a registered environment that cannot be imported: the trainer reports it
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     for key in kwargs:

@@ -10,14 +10,22 @@ An environment is a plain class with few dependencies::
 
 Rollouts run each environment in a worker process (``roleagent.envs.workers``), so an
 environment never needs to be thread-safe, and a crash is contained and restarted.
+
+Wherever an environment is named (``env.name``, ``make_env``, ``roleagent eval --env``), an
+environment outside the package works too, by reference or as an entry point in the
+``roleagent.envs`` group (resolved by :mod:`roleagent.plugins`)::
+
+    env = make_env("mypkg.envs:MyEnv", level=2)      # an Environment subclass
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
+from roleagent.plugins import PluginError, entry_points, load_object, resolve
 from roleagent.types import Task, Trajectory
 
 
@@ -104,7 +112,7 @@ class EnvSpec:
     name: str
     factory: str  # "module:Class", imported lazily so optional extras stay optional
     requires: tuple[str, ...]  # importable modules the environment needs
-    extra: str  # pip extra that installs them: pip install 'roleagent[extra]'
+    extra: str  # pip extra that installs them: pip install 'roleagent[extra]' ("": a plug-in)
     description: str
 
 
@@ -115,15 +123,36 @@ def register_env(spec: EnvSpec) -> None:
     _REGISTRY[spec.name] = spec
 
 
+def env_spec(name: str) -> EnvSpec:
+    """The spec of ``name``: a registered environment, an entry point in the
+    ``roleagent.envs`` group, or a ``"module:Class"`` reference (imported nowhere here).
+    A plug-in's one requirement is its own module. Unknown names raise ``PluginError``
+    with the package's "did you mean" message."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    factory = resolve("envs", name, {n: spec.factory for n, spec in _REGISTRY.items()})
+    return EnvSpec(name, factory, (factory.partition(":")[0],), "", f"plug-in {factory}")
+
+
 def env_specs() -> dict[str, EnvSpec]:
-    return dict(_REGISTRY)
+    """Registered environments and those installed distributions provide as entry points."""
+    plugins = {name: env_spec(name) for name in entry_points("envs") if name not in _REGISTRY}
+    return {**plugins, **_REGISTRY}
+
+
+def module_available(module: str) -> bool:
+    """``module`` can be found without importing it (a missing parent package counts as
+    missing rather than raising, unlike ``importlib.util.find_spec``)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def missing_requirements(name: str) -> list[str]:
     """Modules the environment needs that are not importable here."""
-    spec = _spec(name)
     missing = []
-    for module in spec.requires:
+    for module in env_spec(name).requires:
         try:
             importlib.import_module(module)
         except Exception:  # noqa: BLE001 - any import failure means "not runnable"
@@ -132,29 +161,31 @@ def missing_requirements(name: str) -> list[str]:
 
 
 def make_env(name: str, **kwargs: Any) -> Environment:
-    spec = _spec(name)
-    missing = missing_requirements(name)
-    if missing:
-        raise RuntimeError(
-            f"environment {name!r} needs {', '.join(missing)}: "
-            f"pip install 'roleagent[{spec.extra}]'"
-        )
+    spec = env_spec(name)
+    if spec.extra:  # a plug-in's import error is reported by ``env_class`` with its cause
+        missing = missing_requirements(name)
+        if missing:
+            raise RuntimeError(
+                f"environment {name!r} needs {', '.join(missing)}: "
+                f"pip install 'roleagent[{spec.extra}]'"
+            )
     return instantiate(spec.factory, kwargs)
+
+
+def env_class(factory: str) -> type[Environment]:
+    """Import ``"module:Class"`` and check it is an :class:`Environment` subclass (the
+    worker relies on its defaults: ``step_failed``, ``state_key``, the limits)."""
+    cls = load_object(factory)
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise PluginError(f"{factory!r} is not a subclass of roleagent.envs.Environment")
+    return cls
 
 
 def instantiate(factory: str, kwargs: dict[str, Any]) -> Environment:
     """Build an environment from its ``"module:Class"`` path (what worker processes get)."""
-    module_name, class_name = factory.split(":")
-    cls: Callable[..., Environment] = getattr(importlib.import_module(module_name), class_name)
-    return cls(**kwargs)
+    return env_class(factory)(**kwargs)
 
 
 def factory_of(name: str) -> str:
-    return _spec(name).factory
-
-
-def _spec(name: str) -> EnvSpec:
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"unknown environment {name!r}; known: {known}")
-    return _REGISTRY[name]
+    """The ``"module:Class"`` of ``name``; spawned workers import it by this path."""
+    return env_spec(name).factory

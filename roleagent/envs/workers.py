@@ -117,8 +117,11 @@ def _worker_main(conn, factory: str, env_kwargs: dict[str, Any]) -> None:
 
 
 class _ProcessSlot:
-    def __init__(self, env_name: str, env_kwargs: dict[str, Any], timeout: float):
-        self.env_name, self.env_kwargs, self.timeout = env_name, env_kwargs, timeout
+    """A worker process that builds its environment from ``factory`` ("module:Class", the
+    resolved name: a spawned child imports it afresh, with the parent's ``sys.path``)."""
+
+    def __init__(self, factory: str, env_kwargs: dict[str, Any], timeout: float):
+        self.factory, self.env_kwargs, self.timeout = factory, env_kwargs, timeout
         self.restarts = 0
         self._start()
 
@@ -126,7 +129,7 @@ class _ProcessSlot:
         context = mp.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=_worker_main, args=(child, factory_of(self.env_name), self.env_kwargs), daemon=True
+            target=_worker_main, args=(child, self.factory, self.env_kwargs), daemon=True
         )
         self.process.start()
         child.close()
@@ -197,7 +200,8 @@ class EnvPool:
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
         self.processes = processes
-        make = (lambda: _ProcessSlot(env_name, self.env_kwargs, timeout)) if processes else (
+        factory = factory_of(env_name)  # a registered name, entry point or module:Class
+        make = (lambda: _ProcessSlot(factory, self.env_kwargs, timeout)) if processes else (
             lambda: _LocalSlot(env_name, self.env_kwargs))
         self._slots = [make() for _ in range(slots)]
         # One local instance answers questions that need no episode (tasks, taxonomy).
