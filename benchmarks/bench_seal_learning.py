@@ -1,5 +1,7 @@
 """Learning benchmark: vanilla RL (GRPO) vs full SEAL on BFCL v3 multi-turn, embedded model.
 
+SEAL: Hu et al., 2026, "SEAL: Synergistic Co-Evolution of Agents and Learning Environments".
+
 Both arms start from the embedded SmolLM2-135M-Instruct and use the shipped recipes
 (``grpo_bfcl`` vs ``seal_bfcl``) with the same fixed subset, seeds and budgets; only the
 SEAL section differs. The "before" evaluation is run once: it is the same for every arm and

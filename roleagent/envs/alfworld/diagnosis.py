@@ -1,4 +1,5 @@
-"""Rule-based failure diagnosis for ALFWorld with the Role-Agent taxonomy (paper Table 6).
+"""Rule-based failure diagnosis for ALFWorld with the Role-Agent taxonomy (Wang et al., 2026, arXiv 2606.10917,
+Table 6).
 
 ``diagnose_trajectory(trajectory, truth)`` returns, for a failed trajectory,
 ``{"dominant_type", "labels", "detail", "critical_step", "evidence"}`` and ``None`` for a

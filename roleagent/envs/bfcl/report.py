@@ -1,4 +1,4 @@
-"""The BFCL v3 multi-turn table of the SEAL paper (Table 1): accuracy per category and
+"""The BFCL v3 multi-turn table of the SEAL paper (Hu et al., 2026, "SEAL: Synergistic Co-Evolution of Agents and Learning Environments", Table 1): accuracy per category and
 their average, one row per model/run.
 
     print(bfcl_table({"Qwen2.5-7B": {"bfcl/eval/multi_turn_base_1": True, ...},
