@@ -62,7 +62,7 @@ def _load_benchmark(name: str):
 
 def test_bench_retrieval_lives_in_benchmarks():
     import roleagent.aiw
-    import roleagent.aiw.retrieval as retrieval
+    from roleagent.aiw import retrieval
 
     assert not hasattr(retrieval, "bench_retrieval")
     assert "bench_retrieval" not in roleagent.aiw.__all__
@@ -72,7 +72,7 @@ def test_bench_retrieval_lives_in_benchmarks():
 
 
 def test_point_biserial_p_value_without_scipy(monkeypatch):
-    import roleagent.aiw.analysis as analysis
+    from roleagent.aiw import analysis
 
     assert not hasattr(analysis, "_betainc") and not hasattr(analysis, "_betacf")
     x, y = [1.0, 2.0, 3.0, 4.0], [0, 0, 1, 1]
@@ -88,7 +88,7 @@ def test_point_biserial_p_value_without_scipy(monkeypatch):
 
 
 def test_bfcl_table_renders_through_format_table(monkeypatch):
-    import roleagent.evaluation as evaluation
+    from roleagent import evaluation
     from roleagent.envs.bfcl.report import bfcl_table
 
     calls = []

@@ -4,11 +4,16 @@ agent knows and did after every command, and the per-command rules that fire lab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from roleagent.envs.alfworld.commands import NOTHING, entity_type, parse_command, room_receptacles, visible_contents
+from roleagent.envs.alfworld.commands import (
+    NOTHING,
+    entity_type,
+    parse_command,
+    room_receptacles,
+    visible_contents,
+)
 from roleagent.envs.alfworld.groundtruth import APPLIANCE, Truth
-from roleagent.types import Trajectory
+from roleagent.types import Step, Trajectory
 
 VERB_TRANSFORM = {"clean": "clean", "heat": "hot", "cool": "cool"}
 IDLE_VERBS = {"look", "inventory", "examine"}
@@ -69,7 +74,7 @@ class Replay:
 
     # ------------------------------------------------------------ one command ------
 
-    def step(self, t: int, step: Any, fb: str) -> None:
+    def step(self, t: int, step: Step, fb: str) -> None:
         parsed = parse_command(step.action) if step.action is not None else None
         if not step.valid or step.action is None or parsed is None:
             self.format_errors.append(t)
