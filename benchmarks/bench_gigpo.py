@@ -1,4 +1,4 @@
-"""GiGPO advantages: vectorised ``roleagent.algos.gigpo_advantages`` vs a loop reference.
+"""GiGPO (Feng et al., 2025, arXiv 2505.10978) advantages: vectorised ``roleagent.algos.gigpo_advantages`` vs a loop reference.
 
 The reference is written the way verl-agent's ``gigpo/core_gigpo.py`` computes GiGPO (python
 dicts and per-sample loops: ``compute_step_discounted_returns``, ``episode_norm_reward``,

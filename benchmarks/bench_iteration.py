@@ -3,7 +3,7 @@
 Builds three trainers from the same recipe, seed and tasks — GiGPO, Role-Agent (WIA on),
 Role-Agent with Agent-In-World (policy analyst and retriever) — and times one training
 iteration of each (rollout, advantages, update, AIW). The paper reports ~5% total overhead
-for Role-Agent's extra roles (seed 000 §4.4); here the 135M model and short episodes make
+for Role-Agent's extra roles (Role-Agent, Wang et al., 2026, arXiv 2606.10917, §4.4); here the 135M model and short episodes make
 the prediction pass a larger share, which the table shows.
 
     python benchmarks/bench_iteration.py [--recipe role_agent_alfworld] [--set key=value ...]

@@ -1,4 +1,5 @@
-"""Learning: the Role-Agent ablation table (seed 000 Table 3) from the embedded model.
+"""Learning: the Role-Agent ablation table (Role-Agent, Wang et al., 2026, arXiv 2606.10917, Table 3) from the embedded
+model.
 
 Each configuration is a shipped recipe, so the table measures exactly what users run:
 

@@ -1,5 +1,7 @@
 """Learning benchmark: vanilla RL (GRPO) vs full SEAL on BFCL v3 multi-turn, embedded model.
 
+SEAL: Hu et al., 2026, "SEAL: Synergistic Co-Evolution of Agents and Learning Environments".
+
 Both arms start from the embedded SmolLM2-135M-Instruct and use the shipped recipes
 (``grpo_bfcl`` vs ``seal_bfcl``) with the same fixed subset, seeds and budgets; only the
 SEAL section differs. The "before" evaluation is run once: it is the same for every arm and
@@ -92,7 +94,7 @@ def fmt_mean_std(values: list[float]) -> str:
     return f"{np.mean(values):6.2f} ± {np.std(values, ddof=1):.2f}"
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--iterations", type=int, default=1)
@@ -106,11 +108,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/bench_seal_learning")
     parser.add_argument("--measure", action="store_true", help="time one iteration and one eval, then exit")
-    args = parser.parse_args()
-    started = time.perf_counter()
-    print(f"config: {vars(args)}", flush=True)
+    return parser.parse_args()
 
-    # Shared "before" evaluation (and, with --measure, one timed training iteration).
+
+def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
+    """Shared "before" evaluation: (panel stats, panel size); with --measure, time one
+    training iteration instead and return None."""
     run_dir = Path(args.out) / "before"
     shutil.rmtree(run_dir, ignore_errors=True)
     cfg = load_config(ARMS["seal"] if args.measure else ARMS["vanilla"],
@@ -131,19 +134,15 @@ def main() -> None:
                   f"samples {record.get('update/samples')}, prompt tokens/s "
                   f"{record['speed/rollout_tokens_per_s']:.0f})", flush=True)
             print(json.dumps({k: v for k, v in record.items() if k.startswith(("seal/", "train/"))}, indent=1))
-            return
+            return None
+        return before, len(trainer.eval_tasks)
     finally:
         trainer.close()
 
-    results: dict[str, list[dict]] = {arm: [] for arm in ARMS}
-    for seed in args.seeds:
-        for arm in ARMS:
-            r = run_arm(args, arm, seed)
-            results[arm].append(r)
-            print(f"{arm} seed {seed}: {r['seconds']:.0f}s, after {r['after']['success']}", flush=True)
 
+def _print_success(args: argparse.Namespace, before: dict, results: dict[str, list[dict]], n_eval: int) -> None:
     cols = list(CATEGORIES) + ["All"]
-    print(f"\nBFCL v3 multi-turn eval success (%), {len(trainer.eval_tasks)}-task plain-interface panel, "
+    print(f"\nBFCL v3 multi-turn eval success (%), {n_eval}-task plain-interface panel, "
           f"seeds {args.seeds}, {args.iterations} iterations × {args.tasks_per_iter} tasks × G={args.group_size}")
     print(f"{'':18s}" + "".join(f"{c:>16s}" for c in cols))
     print(f"{'before (shared)':18s}" + "".join(f"{before['success'].get(c, float('nan')):16.2f}" for c in cols))
@@ -159,6 +158,8 @@ def main() -> None:
     for k in keys:
         print(f"{k:28s}" + "".join(f"{np.mean([b.get(k, 0.0) for b in v]):16.3f}" for v in rows.values()))
 
+
+def _print_training(results: dict[str, list[dict]]) -> None:
     print("\nTraining rollouts (mean over iterations and seeds)")
     train_keys = ["train/success", "train/zero_variance_groups", "train/advantage_abs_mean", "update/samples",
                   "seal/weight_mean", "seal/weight_min", "seal/weight_max", "seal/valid_call_ratio",
@@ -174,6 +175,24 @@ def main() -> None:
             train_labels.update({k[len("seal/"):]: v for k, v in rec.items() if k.startswith("seal/label_")})
     n = sum(1 for r in results["seal"] for _ in r["train"])
     print("SEAL train turn-label shares: " + ", ".join(f"{k[6:]} {v / n:.3f}" for k, v in sorted(train_labels.items())))
+
+
+def main() -> None:
+    args = _parse_args()
+    started = time.perf_counter()
+    print(f"config: {vars(args)}", flush=True)
+    shared = _evaluate_before(args)
+    if shared is None:
+        return
+    before, n_eval = shared
+    results: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    for seed in args.seeds:
+        for arm in ARMS:
+            r = run_arm(args, arm, seed)
+            results[arm].append(r)
+            print(f"{arm} seed {seed}: {r['seconds']:.0f}s, after {r['after']['success']}", flush=True)
+    _print_success(args, before, results, n_eval)
+    _print_training(results)
     print(f"\ntotal {time.perf_counter() - started:.0f}s")
 
 

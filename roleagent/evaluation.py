@@ -112,14 +112,34 @@ def _rate(trajectories: list[Trajectory]) -> float:
 
 
 def format_table(rows: dict[str, dict[str, float]], *, columns: list[str] | None = None,
-                 title: str = "success (%)") -> str:
-    """A plain-text table: one row per (policy/panel) label, one column per task type."""
+                 title: str = "success (%)", fmt: str = "text", digits: int = 1) -> str:
+    """One row per (policy/panel) label, one column per task type; missing cells print "-".
+
+    ``fmt``: "text" (aligned plain text, numbers right-aligned), "markdown" (a pipe table,
+    cells left-aligned) or "tsv"; ``title`` heads the label column; ``digits`` decimals.
+
+    >>> print(format_table({"a": {"Pick": 50.0, "All": 25.0}}, fmt="markdown"))
+    | success (%) | Pick | All  |
+    |-------------|------|------|
+    | a           | 50.0 | 25.0 |
+    """
     if columns is None:  # first-seen order, "All" last
         columns = list(dict.fromkeys(c for row in rows.values() for c in row if c != "All")) + ["All"]
+    header = [title] + list(columns)
+    body = [[label] + [f"{row[c]:.{digits}f}" if c in row else "-" for c in columns]
+            for label, row in rows.items()]
+    if fmt == "tsv":
+        return "\n".join("\t".join(r) for r in [header] + body)
+    if fmt == "markdown":
+        widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+        line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+        sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+        return "\n".join([line(header), sep] + [line(r) for r in body])
+    if fmt != "text":
+        raise ValueError(f"unknown table format {fmt!r}; choose 'text', 'markdown' or 'tsv'")
     label_width = max([len(title)] + [len(label) for label in rows])
     widths = [max(6, len(c)) for c in columns]
     lines = [title.ljust(label_width) + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    for label, row in rows.items():
-        cells = [(f"{row[c]:.1f}" if c in row else "-").rjust(w) for c, w in zip(columns, widths)]
-        lines.append(label.ljust(label_width) + "  " + "  ".join(cells))
+    for cells in body:
+        lines.append(cells[0].ljust(label_width) + "  " + "  ".join(c.rjust(w) for c, w in zip(cells[1:], widths)))
     return "\n".join(lines)

@@ -10,7 +10,6 @@ from roleagent.aiw.reflection import Reflection
 from roleagent.aiw.retrieval import (
     BM25Index,
     Retriever,
-    bench_retrieval,
     embedding_available,
     parse_selection,
     tokenize,
@@ -156,8 +155,3 @@ def test_embedding_mode_real_minilm(memory):
     r = Retriever(memory, "embedding", prefilter="bm25", top_k=1)
     cands = r.candidates(ref("x", "where is the lamp on the desk"), exclude_task=None)
     assert cands[0].task_id == "t/train/3"
-
-
-def test_bench_retrieval_small():
-    out = bench_retrieval(n_memories=300, n_queries=5)
-    assert out["n_memories"] == 300 and out["query_ms_mean"] > 0

@@ -11,11 +11,11 @@ See ``docs/agent_in_world.md``.
 from roleagent.aiw.agent_in_world import AgentInWorld, AIWConfig, config_from_dict
 from roleagent.aiw.memory import FailureMemory, FailureMode, FailureRecord
 from roleagent.aiw.reflection import Reflection, parse_reflection, rule_reflection
-from roleagent.aiw.retrieval import BM25Index, Retriever, bench_retrieval, parse_selection
+from roleagent.aiw.retrieval import BM25Index, Retriever, parse_selection
 from roleagent.aiw.sampler import TaskSampler
 
 __all__ = [
     "AIWConfig", "AgentInWorld", "BM25Index", "FailureMemory", "FailureMode",
-    "FailureRecord", "Reflection", "Retriever", "TaskSampler", "bench_retrieval",
+    "FailureRecord", "Reflection", "Retriever", "TaskSampler",
     "config_from_dict", "parse_reflection", "parse_selection", "rule_reflection",
 ]

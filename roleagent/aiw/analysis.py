@@ -6,12 +6,13 @@
   dependency); without it, :func:`plot_failure_modes` says so and returns None.
 * :func:`point_biserial` — correlation of a continuous score (the WIA predictive reward)
   with a binary outcome, with its two-sided p-value (Appendix B.2: r = 0.41, p < 0.01 on
-  200 ALFWorld rollouts). No scipy needed.
+  200 ALFWorld rollouts); the p-value needs scipy.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -78,13 +79,15 @@ def plot_failure_modes(source: FailureMemory | Mapping[int, Mapping[str, int]],
 
 
 def point_biserial(scores: Sequence[float], outcomes: Sequence[float | bool]
-                   ) -> tuple[float, float]:
+                   ) -> tuple[float, float | None]:
     """Point-biserial correlation ``r_pb`` of ``scores`` with binary ``outcomes`` and its
     two-sided p-value (t-test with n − 2 degrees of freedom).
 
     ``r_pb = (M1 − M0)/s · sqrt(n1·n0/n²)`` with s the population standard deviation of
     all scores — identical to Pearson's r with the 0/1 outcome. NaN scores are dropped.
-    Returns ``(nan, nan)`` when a class is empty or the scores are constant.
+    Returns ``(nan, nan)`` when a class is empty or the scores are constant. The p-value
+    is ``I_{df/(df+t²)}(df/2, 1/2)`` from ``scipy.special.betainc``, imported here; without
+    scipy (an optional dependency) it is None, with a warning.
     """
     x = np.asarray(scores, dtype=float)
     y = np.asarray(outcomes, dtype=float)
@@ -107,45 +110,11 @@ def point_biserial(scores: Sequence[float], outcomes: Sequence[float | bool]
         return r, float("nan")
     if abs(r) >= 1.0:
         return r, 0.0
+    try:
+        from scipy.special import betainc
+    except ImportError:
+        warnings.warn("scipy is not installed: point_biserial returns no p-value (None)", stacklevel=2)
+        return r, None
     t2 = r * r * df / (1.0 - r * r)
-    p = _betainc(df / 2.0, 0.5, df / (df + t2))
-    return r, float(min(max(p, 0.0), 1.0))
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b) (continued fraction, Numerical Recipes)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    ln_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(ln_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(ln_front) * _betacf(b, a, 1.0 - x) / b
-
-
-def _betacf(a: float, b: float, x: float, iters: int = 300, eps: float = 1e-15) -> float:
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, iters + 1):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
+    p = float(betainc(df / 2.0, 0.5, df / (df + t2)))  # two-sided Student-t p-value
+    return r, min(max(p, 0.0), 1.0)

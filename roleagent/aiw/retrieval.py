@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -353,70 +352,3 @@ class Retriever:
     @property
     def uses_llm(self) -> bool:
         return self.mode in ("policy", "llm")
-
-
-# ------------------------------------------------------------ benchmark ----------
-
-
-def bench_retrieval(n_memories: int = 4000, n_queries: int = 200, max_candidates: int = 20,
-                    top_k: int = 3, seed: int = 0, taxonomy: Sequence[str] | None = None
-                    ) -> dict[str, float]:
-    """Retrieval cost with ``n_memories`` stored failures (synthetic ALFWorld-like
-    reflections): SQLite insert + commit, index build, and per-query latency of
-    pre-filter + Figure-9 prompt build + top-k selection. Times in seconds / ms."""
-    import tempfile
-    from pathlib import Path
-
-    if taxonomy is None:
-        taxonomy = ("repetitive_exploration", "wrong_target_location", "wrong_receptacle",
-                    "premature_give_up", "missing_precondition", "repeated_failed_action",
-                    "navigation_loop", "entity_confusion", "wrong_object_interaction",
-                    "exhaustive_exploration_failure", "action_format_error")
-    rng = np.random.default_rng(seed)
-    objects = ["apple", "mug", "soapbar", "desklamp", "knife", "pan", "cloth", "sponge",
-               "book", "pen", "egg", "lettuce", "plate", "bowl", "cd", "pillow"]
-    places = ["cabinet", "countertop", "sinkbasin", "fridge", "microwave", "drawer",
-              "shelf", "desk", "toilet", "garbagecan", "sofa", "bed", "stoveburner"]
-    verbs = ["clean", "heat", "cool", "examine", "put", "find", "take", "open", "check"]
-
-    def sentence() -> str:
-        words = [verbs[rng.integers(len(verbs))], objects[rng.integers(len(objects))],
-                 "at", places[rng.integers(len(places))], "before",
-                 verbs[rng.integers(len(verbs))], objects[rng.integers(len(objects))]]
-        return " ".join(words)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        memory = FailureMemory(Path(tmp) / "failures.sqlite", taxonomy)
-        t0 = time.perf_counter()
-        for i in range(n_memories):
-            label = taxonomy[int(rng.integers(len(taxonomy)))]
-            ref = Reflection(dominant_type=label, detail=sentence(), critical_step=3,
-                             core_lesson=sentence(), retrieval_query=sentence(),
-                             source="policy")
-            memory.add_failure(f"bench/train/{i % (n_memories // 2 + 1):05d}", i // 100,
-                               ref, task_text=f"put a {sentence()}")
-        memory.commit()
-        insert_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        retriever = Retriever(memory, "bm25", max_candidates=max_candidates, top_k=top_k)
-        build_s = time.perf_counter() - t0
-        lat = []
-        for q in range(n_queries):
-            ref = Reflection(dominant_type=taxonomy[q % len(taxonomy)], detail=sentence(),
-                             core_lesson=sentence(), retrieval_query=sentence())
-            t0 = time.perf_counter()
-            cands = retriever.candidates(ref, exclude_task="bench/train/00000")
-            retriever.messages(ref, cands)
-            retriever.select(cands, None)
-            lat.append(time.perf_counter() - t0)
-        memory.close()
-    arr = np.asarray(lat) * 1e3
-    return {"n_memories": float(n_memories), "insert_commit_s": insert_s,
-            "index_build_s": build_s, "query_ms_mean": float(arr.mean()),
-            "query_ms_p50": float(np.percentile(arr, 50)),
-            "query_ms_p95": float(np.percentile(arr, 95))}
-
-
-if __name__ == "__main__":  # python -m roleagent.aiw.retrieval
-    for key, value in bench_retrieval().items():
-        print(f"{key}: {value:.4g}")

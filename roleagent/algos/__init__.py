@@ -1,5 +1,6 @@
-"""The pure algorithm layer: returns, advantages (GRPO, RLOO, GiGPO, Role-Agent WIA) and the
-policy loss. numpy / torch only; no engine, trainer or model imports (DESIGN §2.1).
+"""The pure algorithm layer: returns, advantages (GRPO, RLOO, GiGPO — Feng et al., 2025, arXiv 2505.10978; Role-Agent
+WIA — Wang et al., 2026, arXiv 2606.10917) and the policy loss. numpy / torch only; no engine, trainer or model imports, so every function is
+a pure map from our flattened step samples to arrays and can be tested by hand.
 
 Advantage functions take flattened step samples: ``group_ids`` (n,), ``traj_ids`` (n,)
 (unique across the batch), ``step_rewards`` (n,) (raw environment rewards), optionally

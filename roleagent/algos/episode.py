@@ -1,5 +1,5 @@
-"""Episode-level (trajectory-level) advantages: GRPO (Role-Agent eq. 1), RLOO, and GiGPO's
-episode branch with verl-agent's conventions.
+"""Episode-level (trajectory-level) advantages: GRPO (Role-Agent, Wang et al., 2026, arXiv 2606.10917, eq. 1),
+RLOO, and GiGPO's episode branch with verl-agent's conventions (GiGPO, Feng et al., 2025, arXiv 2505.10978).
 
 Inputs are flattened step samples: ``group_ids`` (n,) the episode group (the G rollouts of
 one task), ``traj_ids`` (n,) the trajectory (unique across the batch), ``step_rewards`` (n,).

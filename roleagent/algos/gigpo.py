@@ -1,5 +1,5 @@
 """GiGPO (Feng et al. 2025, arXiv:2505.10978): episode-relative plus step-relative advantages,
-reproducing verl-agent ``gigpo/core_gigpo.py`` (DESIGN §4).
+reproducing verl-agent ``gigpo/core_gigpo.py`` (deviations: ``docs/design.md#gigpo``).
 
 Conventions reproduced exactly (as of the verl-agent code we read):
 

@@ -1,6 +1,7 @@
 """Token-level policy loss: PPO-clip with asymmetric clip and optional dual clip, token-mean
-aggregation, k3 KL to a reference policy, entropy bonus (DESIGN §4 "Policy loss";
-Role-Agent eqs. 1 and 9 with ε split into clip_low / clip_high as in DAPO).
+aggregation, k3 KL to a reference policy, entropy bonus (Role-Agent, Wang et al., 2026,
+arXiv 2606.10917, eqs. 1 and 9, with ε split into clip_low / clip_high as in DAPO, Yu et al.,
+2025, arXiv 2503.14476; defaults clip 0.2 / 0.28, dual clip c = 3, KL k3 clamped to ±10).
 
 All tensors are (B, T): B sequences (one per step sample) of T response tokens; ``mask``
 is 1 on tokens that are trained. Style after tiny-grpo's ``loss.py``.

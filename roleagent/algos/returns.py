@@ -37,7 +37,8 @@ def discounted_returns(
 ) -> np.ndarray:
     """Reward-to-go ``R_t = Σ_{k≥t} γ^{k−t} r_k`` inside each trajectory.
 
-    This is GiGPO's step return and Role-Agent's ``R_task(a_t)`` (paper eq. 5). It runs the
+    This is GiGPO's step return (Feng et al., 2025, arXiv 2505.10978) and Role-Agent's ``R_task(a_t)``
+    (Wang et al., 2026, arXiv 2606.10917, eq. 5). It runs the
     same backward recursion ``R_t = r_t + γ R_{t+1}`` as verl-agent's
     ``compute_step_discounted_returns`` — vectorised over trajectories on a padded
     (n_traj, T_max) matrix, one column per time step — so values are bit-identical to the

@@ -1,4 +1,5 @@
-"""SEAL diagnosis-guided advantage reweighting (Hu et al., 2026, SEAL §3.4), pure numpy.
+"""SEAL diagnosis-guided advantage reweighting (Hu et al., 2026, "SEAL: Synergistic
+Co-Evolution of Agents and Learning Environments", §3.4), pure numpy.
 
 For a trajectory τ with per-ground-truth-turn diagnosis tags y_1..y_K (the authors' code
 vocabulary, ``roleagent.envs.bfcl.diagnosis.CODE_LABELS``):

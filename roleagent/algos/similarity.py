@@ -1,5 +1,5 @@
 """State similarity (LMS) and state grouping, shared by GiGPO anchor groups and Role-Agent's
-state groups (Role-Agent eqs. 4 and 7).
+state groups (Role-Agent, Wang et al., 2026, arXiv 2606.10917, eqs. 4 and 7; GiGPO, Feng et al., 2025, arXiv 2505.10978).
 
 LMS — our definition
 --------------------

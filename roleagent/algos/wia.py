@@ -1,4 +1,5 @@
-"""Role-Agent World-In-Agent (paper §3.2, eqs. 4–8, Appendix E Algorithm 1).
+"""Role-Agent World-In-Agent (Wang et al., 2026, arXiv 2606.10917: §3.2, eqs. 4–8, Appendix E
+Algorithm 1).
 
 After action a_t the policy predicts the next H states ŝ_{t,1..H}. Each prediction is scored
 against the state that actually followed, ``r̃_{t,h} = LMS(ŝ_{t,h}, s_{t+h})`` (eq. 4), and
@@ -6,7 +7,7 @@ the scores modulate the task return multiplicatively (eqs. 5–6); the state-lev
 normalises that return inside groups of identical (or LMS-similar) states (eqs. 7–8), and
 the final advantage adds the episode advantage: ``A = A^S + α·A^E``.
 
-Decisions (the paper leaves them open; DESIGN §4 asks us to fix and document them):
+Decisions (the paper leaves them open; also in ``docs/design.md`` under World-In-Agent):
 
 - LMS is ``similarity.lms_score``: symmetric word-level LCS ratio (module docstring there).
   The authors' code uses difflib's asymmetric, autojunk-affected character ratio.

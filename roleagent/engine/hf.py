@@ -1,6 +1,6 @@
 """Batched sampling with HF transformers that keeps token ids and log-probs.
 
-Token-in-token-out (DESIGN §2.3): the engine returns the exact prompt ids and generated
+Token-in-token-out (``docs/design.md#decisions``): the engine returns the exact prompt ids and generated
 ids with their log-probs under the sampling policy, so training never re-tokenises text.
 
 We run our own decode loop instead of ``model.generate`` because it lets finished rows

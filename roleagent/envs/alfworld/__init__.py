@@ -1,11 +1,12 @@
 """ALFWorld on the real TextWorld PDDL engine, offline (see docs/alfworld.md).
 
 * ``env.AlfWorldEnv`` - the environment (registered as "alfworld").
-* ``generator`` / ``scenes`` - deterministic ALFRED-style game generation.
+* ``generator`` / ``scenes`` / ``pddl`` - deterministic ALFRED-style game generation.
 * ``engine`` - alfworld's wrappers around TextWorld's PDDL backend; planner check.
 * ``official`` - loading ALFWorld's released games from ``$ALFWORLD_DATA``.
 * ``expert`` - planner expert episodes and the SFT dataset builder.
-* ``diagnosis`` - rule-based failure labels (Role-Agent Table 6).
+* ``diagnosis`` - rule-based failure labels (Role-Agent Table 6), built on ``commands``
+  (command / feedback text), ``groundtruth`` (the game's goal and layout) and ``replay``.
 * ``report`` - the paper's Table 1 format.
 
 Importing this package does not import alfworld or textworld; ``diagnosis`` and

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roleagent.envs.alfworld import scenes as S
+from roleagent.envs.alfworld.pddl import PlacedObject as _Obj
+from roleagent.envs.alfworld.pddl import goal_pddl, problem_text  # noqa: F401  (goal_pddl re-exported)
 
 #: Bump when the generated content changes: it is part of every seed and of the cache key.
 GENERATOR_VERSION = "alfgen-1"
@@ -183,13 +185,6 @@ def sample_spec(difficulty: str | Knobs, split: str, task_type: str, index: int)
 # --------------------------------------------------------------- stage 2: problems ----
 
 
-@dataclass
-class _Obj:
-    alfred_id: str
-    otype: str
-    receptacle: S.Receptacle
-
-
 def _object_id(rng: random.Random, otype: str, host: S.Receptacle, taken: set[str]) -> str:
     x, y, z = host.xyz
     while True:
@@ -223,25 +218,37 @@ def task_sentence(spec: Spec, rng: random.Random) -> str:
     )
 
 
-def goal_pddl(spec: Spec) -> str:
-    import alfworld.gen.goal_library as glib
-
-    text = glib.gdict[S.ALFRED_TASK_TYPES[spec.task_type]]["pddl"].format(
-        obj=spec.object_target, recep=spec.parent_target or "", toggle=spec.toggle_target or "",
-        mrecep="",
-    )
-    return text.replace("#", "-")
-
-
 def build_problem(spec: Spec) -> dict[str, Any]:
     """Spec -> {"problem": PDDL text, "sentence": task sentence, "layout": summary}."""
     rng = _rng("problem", spec.seed)
-    knobs = spec.knobs
     scene = S.load_scene(spec.scene)
-    tt = spec.task_type
-    otype = spec.object_target
-    transform = S.TRANSFORMS.get(tt)
+    required, lamp_host = _required_receptacles(spec, scene, rng)
+    target_hosts = _target_hosts(spec, scene, rng)
+    chosen = _chosen_receptacles(spec, scene, required + target_hosts, rng)
+    taken: set[str] = set()
+    objects = [_Obj(_object_id(rng, spec.object_target, host, taken), spec.object_target, host)
+               for host in target_hosts]
+    if spec.toggle_target is not None and lamp_host is not None:
+        objects.append(_Obj(_object_id(rng, spec.toggle_target, lamp_host, taken),
+                            spec.toggle_target, lamp_host))
+    objects.extend(_distractors(spec, scene, chosen, taken, rng))
+    objects.sort(key=lambda o: o.alfred_id)
 
+    start = _start_location(rng, {r.location for r in chosen})
+    sentence = task_sentence(spec, rng)
+    problem = problem_text(spec, scene, chosen, objects, start)
+    layout = {
+        "receptacles": [r.alfred_id for r in chosen],
+        "objects": {o.alfred_id: o.receptacle.alfred_id for o in objects},
+        "target_hosts": [r.alfred_id for r in target_hosts],
+    }
+    return {"problem": problem, "sentence": sentence, "layout": layout}
+
+
+def _required_receptacles(spec: Spec, scene: S.Scene,
+                          rng: random.Random) -> tuple[list[S.Receptacle], S.Receptacle | None]:
+    """The goal receptacle, the transform's appliances and the lamp's host (the lamp host too)."""
+    transform = S.TRANSFORMS.get(spec.task_type)
     required: list[S.Receptacle] = []
     if spec.parent_target is not None:
         targets = scene.receptacles_of(spec.parent_target)
@@ -260,47 +267,55 @@ def build_problem(spec: Spec) -> dict[str, Any]:
             raise GenerationError("no lamp host")
         lamp_host = rng.choice(hosts)
         required.append(lamp_host)
+    return required, lamp_host
 
-    # Where can target instances start? Never somewhere that already satisfies the goal.
+
+def _target_hosts(spec: Spec, scene: S.Scene, rng: random.Random) -> list[S.Receptacle]:
+    """Where target instances start: never somewhere that already satisfies the goal."""
+    knobs, transform = spec.knobs, S.TRANSFORMS.get(spec.task_type)
     forbidden_types = {spec.parent_target} if spec.parent_target else set()
     if transform is not None:
         forbidden_types.add(transform[1])
     sources = [r for r in scene.receptacles
-               if S.can_contain(r.rtype, otype) and r.rtype not in forbidden_types]
+               if S.can_contain(r.rtype, spec.object_target) and r.rtype not in forbidden_types]
     open_sources = [r for r in sources if not S.openable(r.rtype)]
     closed_sources = [r for r in sources if S.openable(r.rtype)]
     if not sources or (knobs.p_closed <= 0 and not open_sources):
         raise GenerationError("no place for the target object")
-    n_targets = (2 if tt == "pick_two_obj_and_place" else 1) + rng.randint(0, knobs.max_extra_duplicates)
+    n_targets = (2 if spec.task_type == "pick_two_obj_and_place" else 1) + \
+        rng.randint(0, knobs.max_extra_duplicates)
     target_hosts: list[S.Receptacle] = []
     for _ in range(n_targets):
         closed = closed_sources and (not open_sources or rng.random() < knobs.p_closed)
         target_hosts.append(rng.choice(closed_sources if closed else open_sources))
+    return target_hosts
 
-    # Which receptacles are in the game.
+
+def _chosen_receptacles(spec: Spec, scene: S.Scene, needed: list[S.Receptacle],
+                        rng: random.Random) -> list[S.Receptacle]:
+    """Which receptacles are in the game: the needed ones, then others up to the knob."""
     chosen: list[S.Receptacle] = []
-    for r in required + target_hosts:
+    for r in needed:
         if r not in chosen:
             chosen.append(r)
     rest = [r for r in scene.receptacles if r not in chosen]
     rng.shuffle(rest)
-    if knobs.n_receptacles is None:
+    if spec.knobs.n_receptacles is None:
         chosen.extend(rest)
     else:
-        chosen.extend(rest[: max(0, knobs.n_receptacles - len(chosen))])
+        chosen.extend(rest[: max(0, spec.knobs.n_receptacles - len(chosen))])
     chosen.sort(key=lambda r: r.alfred_id)
+    return chosen
 
-    taken: set[str] = set()
-    objects: list[_Obj] = []
-    for host in target_hosts:
-        objects.append(_Obj(_object_id(rng, otype, host, taken), otype, host))
-    if spec.toggle_target is not None and lamp_host is not None:
-        objects.append(_Obj(_object_id(rng, spec.toggle_target, lamp_host, taken),
-                            spec.toggle_target, lamp_host))
 
-    # Distractors: other object types of the scene, in receptacles that can hold them.
-    distractor_types = [t for t in sorted(S.pickupable_types() & scene.object_types) if t != otype]
+def _distractors(spec: Spec, scene: S.Scene, chosen: list[S.Receptacle], taken: set[str],
+                 rng: random.Random) -> list[_Obj]:
+    """Other object types of the scene, in receptacles that can hold them."""
+    knobs = spec.knobs
+    distractor_types = [t for t in sorted(S.pickupable_types() & scene.object_types)
+                        if t != spec.object_target]
     rng.shuffle(distractor_types)
+    objects: list[_Obj] = []
     placed = 0
     for dtype in distractor_types:
         if placed >= knobs.n_distractors:
@@ -314,72 +329,7 @@ def build_problem(spec: Spec) -> dict[str, Any]:
             host = rng.choice(hosts)
             objects.append(_Obj(_object_id(rng, dtype, host, taken), dtype, host))
         placed += 1
-    objects.sort(key=lambda o: o.alfred_id)
-
-    start = _start_location(rng, {r.location for r in chosen})
-    sentence = task_sentence(spec, rng)
-    problem = _problem_text(spec, scene, chosen, objects, start)
-    layout = {
-        "receptacles": [r.alfred_id for r in chosen],
-        "objects": {o.alfred_id: o.receptacle.alfred_id for o in objects},
-        "target_hosts": [r.alfred_id for r in target_hosts],
-    }
-    return {"problem": problem, "sentence": sentence, "layout": layout}
-
-
-def _problem_text(spec: Spec, scene: S.Scene, receptacles: list[S.Receptacle],
-                  objects: list[_Obj], start: str) -> str:
-    c = S._constants()
-    rtypes = sorted(S.static_receptacle_types())
-    otypes = sorted((set(c.OBJECTS) | set(c.MOVABLE_RECEPTACLES)) - set(rtypes))
-    locations = sorted({r.location for r in receptacles} | {start})
-    ind = "\n        "
-    lines = [f"(define (problem plan_roleagent_{spec.seed})", "(:domain alfred)", "(:objects",
-             "agent1 - agent"]
-    lines.append("        " + ind.join(f"{t}Type - otype" for t in otypes))
-    lines.append("        " + ind.join(f"{t}Type - rtype" for t in rtypes))
-    lines.append("        " + ind.join(f"{S.mangle(o.alfred_id)} - object" for o in objects))
-    lines.append("        " + ind.join(f"{r.name} - receptacle" for r in receptacles))
-    lines.append("        " + ind.join(f"{S.mangle(loc)} - location" for loc in locations))
-    lines.append("        )")
-    facts: list[str] = []
-    for r in receptacles:
-        facts.append(f"(receptacleType {r.name} {r.rtype}Type)")
-    for o in objects:
-        facts.append(f"(objectType {S.mangle(o.alfred_id)} {o.otype}Type)")
-    present_otypes = sorted({o.otype for o in objects})
-    for rt in sorted({r.rtype for r in receptacles}):
-        for ot in present_otypes:
-            if S.can_contain(rt, ot):
-                facts.append(f"(canContain {rt}Type {ot}Type)")
-    for o in objects:
-        name = S.mangle(o.alfred_id)
-        if o.otype in S.LAMP_TYPES:
-            if o.otype == spec.toggle_target:
-                facts.append(f"(toggleable {name})")
-            continue
-        facts.append(f"(pickupable {name})")
-        if o.otype in c.MOVABLE_RECEPTACLES_SET:
-            facts.append(f"(isReceptacleObject {name})")
-        for kind, pred in (("Cleanable", "cleanable"), ("Heatable", "heatable"),
-                           ("Coolable", "coolable"), ("Sliceable", "sliceable")):
-            if S.affordance(kind, o.otype):
-                facts.append(f"({pred} {name})")
-    for r in receptacles:
-        if S.openable(r.rtype):
-            facts.append(f"(openable {r.name})")
-    facts.append(f"(atLocation agent1 {S.mangle(start)})")
-    for o in objects:
-        facts.append(f"(inReceptacle {S.mangle(o.alfred_id)} {o.receptacle.name})")
-    for r in receptacles:
-        facts.append(f"(receptacleAtLocation {r.name} {r.location_name})")
-    for o in objects:
-        facts.append(f"(objectAtLocation {S.mangle(o.alfred_id)} {o.receptacle.location_name})")
-    lines.append("    \n\n(:init\n")
-    lines.append("        " + ind.join(facts))
-    lines.append("        )\n    \n")
-    lines.append(goal_pddl(spec))
-    return "\n".join(lines)
+    return objects
 
 
 def game_json(spec: Spec, domain: str, grammar: str) -> tuple[dict[str, Any], dict[str, Any]]:

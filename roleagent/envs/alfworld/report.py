@@ -2,7 +2,7 @@
 
 Each cell is the success rate (%) over the episodes of that task type; "All" is the
 success rate over all episodes of the panel (episode-weighted, which is how the paper's
-"All" relates to its per-type columns: e.g. GiGPO 1.5B has per-type mean 84.6 and All
+"All" relates to its per-type columns: e.g. GiGPO 1.5B (Feng et al., 2025, arXiv 2505.10978) has per-type mean 84.6 and All
 86.7), not the mean of the six columns.
 """
 

@@ -1,4 +1,4 @@
-"""Verifier-grounded turn-level diagnosis (SEAL §3.2) over executable evidence.
+"""Verifier-grounded turn-level diagnosis (SEAL, Hu et al., 2026, §3.2) over executable evidence.
 
 Input: one evidence record per ground-truth user turn (``episode.TurnEvidence`` or its
 ``to_json()`` dict), produced by executing the model's calls on fresh backends and the

@@ -1,4 +1,5 @@
-"""BFCL v3 multi-turn as a roleagent environment (SEAL's in-distribution benchmark).
+"""BFCL v3 multi-turn as a roleagent environment (the in-distribution benchmark of
+SEAL, Hu et al., 2026).
 
     env = make_env("bfcl", interface="evolved")      # evolved applies to train tasks only
     task = env.tasks("eval")[0]                       # id "bfcl/eval/multi_turn_base_3"

@@ -1,4 +1,4 @@
-"""SEAL learning-interface evolution for BFCL (paper §3.3), train-only.
+"""SEAL learning-interface evolution for BFCL (Hu et al., 2026, §3.3), train-only.
 
 The interface changes only how existing information is shown; it never reveals the
 answer (no ground-truth call, argument value or final state is used anywhere here):

@@ -1,4 +1,4 @@
-"""The BFCL v3 multi-turn table of the SEAL paper (Table 1): accuracy per category and
+"""The BFCL v3 multi-turn table of the SEAL paper (Hu et al., 2026, "SEAL: Synergistic Co-Evolution of Agents and Learning Environments", Table 1): accuracy per category and
 their average, one row per model/run.
 
     print(bfcl_table({"Qwen2.5-7B": {"bfcl/eval/multi_turn_base_1": True, ...},
@@ -36,16 +36,12 @@ def category_accuracies(results: Mapping[str, bool] | Iterable[Any]) -> dict[str
 def bfcl_table(rows: Mapping[str, Mapping[str, bool] | Iterable[Any]], *,
                fmt: str = "markdown") -> str:
     """A markdown (or ``fmt="tsv"``) table: Model | Base | Miss Func | Miss Param |
-    Long Context | Avg."""
-    header = ["Model"] + [COLUMN_NAMES[c] for c in CATEGORIES] + ["Avg"]
-    body = []
+    Long Context | Avg, rendered by :func:`roleagent.evaluation.format_table`."""
+    from roleagent.evaluation import format_table
+
+    table = {}
     for name, results in rows.items():
         acc = category_accuracies(results)
-        cells = [f"{acc[c]:.2f}" if c in acc else "-" for c in CATEGORIES]
-        body.append([str(name)] + cells + [f"{acc['average']:.2f}"])
-    if fmt == "tsv":
-        return "\n".join("\t".join(r) for r in [header] + body)
-    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), sep] + [line(r) for r in body])
+        table[str(name)] = {COLUMN_NAMES[c]: acc[c] for c in CATEGORIES if c in acc} | {"Avg": acc["average"]}
+    columns = [COLUMN_NAMES[c] for c in CATEGORIES] + ["Avg"]
+    return format_table(table, columns=columns, title="Model", fmt=fmt, digits=2)
