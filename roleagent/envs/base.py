@@ -1,4 +1,4 @@
-"""The environment protocol (DESIGN §5) and the registry of environments.
+"""The environment protocol and the registry of environments.
 
 An environment is a plain class with few dependencies::
 
