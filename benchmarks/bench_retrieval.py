@@ -9,7 +9,7 @@ selection — everything but the LLM call itself.
 
 import argparse
 
-from roleagent.aiw import bench_retrieval
+from roleagent.methods.role_agent.aiw import bench_retrieval
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

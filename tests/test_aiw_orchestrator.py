@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from roleagent.aiw import AgentInWorld, AIWConfig, config_from_dict
+from roleagent.methods.role_agent.aiw import AgentInWorld, AIWConfig, config_from_dict
 from roleagent.types import Step, Task, Trajectory
 
 TAXONOMY = ("missing_precondition", "wrong_target_location", "navigation_loop",

@@ -14,7 +14,7 @@ import sqlite3
 import pytest
 import torch
 
-from roleagent.aiw.memory import MemoryDamaged
+from roleagent.methods.role_agent.aiw.memory import MemoryDamaged
 from roleagent.trainer import Trainer
 from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy, _file_entry
 from tests.run_helpers import AIW, TINY, Killed, assert_same_run, config, memory_rows, metrics, run, trainable

@@ -1,5 +1,5 @@
 """The pure algorithm layer: returns, advantages (GRPO, RLOO, GiGPO, Role-Agent WIA) and the
-policy loss. numpy / torch only; no engine, trainer or model imports (DESIGN §2.1).
+policy loss. numpy / torch only; no engine, trainer or model imports (docs/design.md, "Data flow of one iteration").
 
 Advantage functions take flattened step samples: ``group_ids`` (n,), ``traj_ids`` (n,)
 (unique across the batch), ``step_rewards`` (n,) (raw environment rewards), optionally
@@ -9,7 +9,7 @@ or interleaved; they return one float64 advantage per step sample, shape (n,).
 """
 
 from .episode import gigpo_episode_advantages, grpo_advantages, rloo_advantages
-from .gigpo import gigpo_advantages, state_advantages
+from .gigpo import gigpo_advantage_parts, gigpo_advantages, state_advantages
 from .loss import approx_kl_k3, masked_mean, policy_loss, token_entropy_from_logits
 from .returns import (
     PLACEMENTS,
@@ -20,7 +20,13 @@ from .returns import (
     split_penalties,
 )
 from .similarity import MAX_LMS_TOKENS, build_state_groups, lms_score, lms_tokens
-from .wia import prediction_horizon, prediction_score_matrix, role_agent_advantages, wia_returns
+from .wia import (
+    prediction_horizon,
+    prediction_score_matrix,
+    role_agent_advantage_parts,
+    role_agent_advantages,
+    wia_returns,
+)
 
 __all__ = [
     "MAX_LMS_TOKENS",
@@ -30,6 +36,7 @@ __all__ = [
     "build_state_groups",
     "discounted_returns",
     "episode_scores",
+    "gigpo_advantage_parts",
     "gigpo_advantages",
     "gigpo_episode_advantages",
     "grpo_advantages",
@@ -42,6 +49,7 @@ __all__ = [
     "prediction_score_matrix",
     "rloo_advantages",
     "split_penalties",
+    "role_agent_advantage_parts",
     "role_agent_advantages",
     "state_advantages",
     "token_entropy_from_logits",
