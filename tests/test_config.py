@@ -42,7 +42,8 @@ def test_overrides_parse_yaml_values():
 @pytest.mark.parametrize("override,message", [
     (["optim.mini_batches=100"], "exceeds the 16 episodes"),
     (["rollout.group_size=1"], "group_size must be >= 2"),
-    (["algo.name=ppo2"], "algo.name='ppo2': must be one of"),
+    (["algo.name=ppo2"], "algo.name: unknown estimator 'ppo2'"),
+    (["algo.name=grpoo"], "did you mean 'grpo'"),
     (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
     (["optim.dual_clip=0.5"], "optim.dual_clip=0.5: must be > 1"),
     (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from roleagent.methods.role_agent.aiw.agent_in_world import AIWConfig
+from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.methods.role_agent.aiw.reflection import parse_reflection, parse_small_int
 from roleagent.methods.role_agent.aiw.retrieval import parse_selection
 from roleagent.config import TrainConfig

@@ -153,18 +153,18 @@ def test_tiny_end_to_end_run_logs_seal_metrics_and_resumes(tmp_path):
     assert any(k.startswith("seal/label_") for k in train[0])
     dumped = [json.loads(line) for line in (run / "rollouts" / "iter_000000.jsonl").read_text().splitlines()]
     assert all(d["split"] == "train" for d in dumped)
-    state = first.hooks[0].state_dict()
+    state = first.method("seal").state_dict()
     assert len(state["profile"]["items"]) == 2
 
     resumed = Trainer(load_config(None, TINY_BFCL + [f"run_dir={run}", "iterations=2"]), quiet=True)
     try:
         assert resumed.start_iteration == 1
-        assert resumed.hooks[0].state_dict() == state
+        assert resumed.method("seal").state_dict() == state
         assert resumed.pool.meta.profile_state() == state["profile"]  # pushed on load
         resumed.run()
     finally:
         resumed.close()
-    assert len(resumed.hooks[0].state_dict()["profile"]["items"]) == 4
+    assert len(resumed.method("seal").state_dict()["profile"]["items"]) == 4
 
 
 def test_cpu_sizing_kwargs_compact_schemas_and_subsets():

@@ -141,6 +141,13 @@ class Trainer:
             raise ConfigError(f"methods {', '.join(n for n, _ in offered)} all replace the {kind} stage")
         return offered[0][1] if offered else default
 
+    def method(self, name: str):
+        """The enabled method called ``name`` (KeyError if none)."""
+        for method in self.methods:
+            if method.name == name:
+                return method
+        raise KeyError(f"no enabled method {name!r}")
+
     def chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 256,
              temperature: float = 0.0) -> list[str]:
         """Batched chat completion with the policy (e.g. Agent-In-World's analyst and retriever)."""
