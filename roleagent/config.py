@@ -293,8 +293,16 @@ def validate(cfg: TrainConfig) -> None:
             f"(rollout.tasks_per_iter * rollout.group_size)")
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
+    from roleagent.engine import ENGINES
     from roleagent.methods import check_methods
+    from roleagent.plugins import PluginError
+    from roleagent.plugins import resolve as resolve_plugin
     from roleagent.trainer.advantages import check_estimator
+
+    try:
+        resolve_plugin("engines", cfg.model.engine, ENGINES)
+    except PluginError as error:
+        raise ConfigError(f"model.engine: {error}") from None
 
     check_estimator(cfg.algo.name)
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)

@@ -133,21 +133,7 @@ class AgentInWorld:
             "time_analysis_s": 0.0, "time_retrieval_s": 0.0,
         }
 
-        failed: list[Trajectory] = []
-        for traj in trajectories:
-            if traj.task.split != "train":
-                m["n_rejected_non_train"] += 1  # validation never touches the curriculum
-                continue
-            if traj.success:
-                continue
-            if traj.crashed:
-                m["n_crashed"] += 1  # an environment crash is not the agent's failure
-                continue
-            if traj.task.id not in self.sampler:
-                m["n_unknown_task"] += 1
-                continue
-            failed.append(traj)
-        m["n_failed_train"] = float(len(failed))
+        failed = self._failed_training(trajectories, m)
         if m["n_rejected_non_train"]:
             self.counters["rejected_non_train"] += int(m["n_rejected_non_train"])
             log.warning("AIW: %d non-training trajectories passed to process_failures were "
@@ -189,7 +175,35 @@ class AgentInWorld:
             self.retriever.reset()
             raise
 
-        # 5. distribution: decay old boosts, then boost this iteration's retrievals ------
+        self._reweight(new, selections, m)
+        self.last_iteration = int(iteration)
+        m["time_s"] = time.perf_counter() - t_start
+        return m
+
+    def _failed_training(self, trajectories: Sequence[Trajectory], m: dict[str, float]) -> list[Trajectory]:
+        """The failed, finished training trajectories of tasks the sampler knows; the rest
+        is counted in ``m``."""
+        failed: list[Trajectory] = []
+        for traj in trajectories:
+            if traj.task.split != "train":
+                m["n_rejected_non_train"] += 1  # validation never touches the curriculum
+                continue
+            if traj.success:
+                continue
+            if traj.crashed:
+                m["n_crashed"] += 1  # an environment crash is not the agent's failure
+                continue
+            if traj.task.id not in self.sampler:
+                m["n_unknown_task"] += 1
+                continue
+            failed.append(traj)
+        m["n_failed_train"] = float(len(failed))
+        return failed
+
+    def _reweight(self, new: list[tuple[int, Trajectory, Reflection]], selections: list[list[Any]],
+                  m: dict[str, float]) -> None:
+        """After the commit: decay old boosts, boost this iteration's retrievals, count."""
+        cfg = self.config
         self.sampler.decay()
         boosted: list[str] = []
         for (_fid, traj, _ref), chosen_cands in zip(new, selections):
@@ -201,7 +215,6 @@ class AgentInWorld:
                 m["n_boosts"] += self.sampler.boost([traj.task.id], cfg.self_boost)
         m["n_retrieved"] = float(len(set(boosted)))
 
-        self.last_iteration = int(iteration)
         for key, mk in (("failures", "n_failures"), ("parse_fallback", "n_parse_fallback"),
                         ("type_mapped", "n_type_mapped"), ("type_other", "n_type_other"),
                         ("retrieval_fallback", "n_retrieval_fallback"),
@@ -213,8 +226,6 @@ class AgentInWorld:
         m["boosted_fraction"] = self.sampler.last_batch_boosted
         m["memory_failures"] = float(len(self.retriever))
         m["memory_modes"] = float(len(self.memory.modes()))
-        m["time_s"] = time.perf_counter() - t_start
-        return m
 
     def _analyse(self, trajs: list[Trajectory], generate: Generate | None,
                  diagnose: Diagnose | None, m: dict[str, float]
