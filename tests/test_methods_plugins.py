@@ -108,6 +108,18 @@ def test_external_method_by_name_runs_its_hooks(tmp_path, external):
     assert saved == {"half": {"calls": 4}}
 
 
+def test_method_from_an_entry_point(external, monkeypatch):
+    import roleagent.plugins
+
+    real = roleagent.plugins.entry_points
+    monkeypatch.setattr(roleagent.plugins, "entry_points",
+                        lambda kind: {"half": "ext_method_mod:Half"} if kind == "methods" else real(kind))
+    cfg = load_config(None, TINY + ["algo.name=grpo", "wia.enabled=false", "methods=[half]"])
+    from roleagent.methods import method_classes
+
+    assert [c.__name__ for c in method_classes(cfg)] == ["Half"]
+
+
 def test_external_method_settings_are_typed(external):
     base = TINY + ["algo.name=grpo", "wia.enabled=false", "methods=[ext_method_mod:Half]"]
     with pytest.raises(ConfigError, match="method_settings.half.factr.*did you mean"):

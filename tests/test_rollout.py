@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from roleagent.envs.workers import EnvPool
-from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.methods.role_agent.wia import PredictionExtension
+from roleagent.rollout import RolloutSettings, run_episodes
 
 
 def expert_reply(prompt: str, _call: int) -> str:

@@ -4,10 +4,9 @@ marked unavailable, and the run goes on."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import signal
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -47,8 +46,8 @@ def _hook(pool):
     from roleagent.config import SEALConfig
     from roleagent.methods.seal.method import SealMethod
 
-    return SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True, utility_ema=False, interface_evolution=False,
-                               interface_updates=False))
+    return SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True, utility_ema=False,
+                                                             interface_evolution=False, interface_updates=False))
 
 
 def test_hanging_replay_is_bounded_by_the_worker_timeout_and_the_run_continues():
@@ -90,14 +89,14 @@ def _run_hanging_replay(EnvPool, StepBatch, timeout):
 
 def test_in_process_replay_that_raises_marks_the_diagnosis_unavailable():
     from roleagent.config import SEALConfig
-    from roleagent.trainer.advantages import StepBatch
     from roleagent.methods.seal.method import SealMethod
+    from roleagent.trainer.advantages import StepBatch
 
     def diagnose(trajectory):
         raise RecursionError("replay blew up")
 
     hook = SealMethod(None, SEALConfig(enabled=True, utility_ema=False, interface_evolution=False,
-                               interface_updates=False), diagnose=diagnose)
+                                       interface_updates=False), diagnose=diagnose)
     trajectories = [_traj("t/a", 0.0), _traj("t/b", 1.0)]
     batch = StepBatch.from_trajectories(trajectories)
     np.testing.assert_allclose(hook.adjust_advantages(batch, np.array([-1.0, 1.0])), [-1.0, 1.0])

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from roleagent.config import ConfigError, SEALConfig, load_config
-from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.methods.seal.method import SealMethod
+from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.types import Step, Task, Trajectory
 
 pytest.importorskip("bfcl_eval")

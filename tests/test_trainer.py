@@ -10,8 +10,8 @@ import torch
 
 from roleagent.config import AlgoConfig, OptimConfig
 from roleagent.trainer import Trainer
-from roleagent.trainer.checkpoint import read_checkpoint
 from roleagent.trainer.advantages import StepBatch, compute_advantages
+from roleagent.trainer.checkpoint import read_checkpoint
 from roleagent.trainer.update import TrainSample, Updater, micro_batches
 from roleagent.types import Step, Task, Trajectory
 from tests.run_helpers import AIW, config, metrics, run, trainable

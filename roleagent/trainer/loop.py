@@ -125,21 +125,23 @@ class Trainer:
 
     def _build_stages(self, cfg: TrainConfig) -> None:
         """The enabled methods, then each stage: a method's replacement or the default."""
-        self.objective = PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature)
         context = MethodContext(cfg=cfg, run_dir=self.run_dir, pool=self.pool, engine=self.engine, chat=self.chat,
                                 train_tasks=self.train_tasks, settings=self.settings)
         self.methods = build_methods(cfg, context)
-        self.task_source = self._stage("task_source", UniformTaskSource(self.train_tasks))
+        self.task_source = self._stage("task_source", lambda: UniformTaskSource(self.train_tasks))
         extensions = [x for m in self.methods if (x := m.rollout_extension()) is not None]
-        self.collector = self._stage("collector", RolloutCollector(self.engine, self.pool, self.settings, extensions))
-        self.scorer = self._stage("scorer", EnvironmentReward())
-        self.objective = self._stage("objective", self.objective)
+        self.collector = self._stage("collector",
+                                     lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions))
+        self.scorer = self._stage("scorer", EnvironmentReward)
+        self.objective = self._stage(
+            "objective", lambda: PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature))
 
     def _stage(self, kind: str, default):
+        """The one method's replacement for stage ``kind`` (``Method.<kind>()``), else ``default()``."""
         offered = [(m.name, stage) for m in self.methods if (stage := getattr(m, kind)()) is not None]
         if len(offered) > 1:
             raise ConfigError(f"methods {', '.join(n for n, _ in offered)} all replace the {kind} stage")
-        return offered[0][1] if offered else default
+        return offered[0][1] if offered else default()
 
     def method(self, name: str):
         """The enabled method called ``name`` (KeyError if none)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import math
+import os
 from pathlib import Path
 from typing import Any
 

@@ -133,8 +133,7 @@ def prediction_scores(steps: Sequence) -> np.ndarray:
     if all(row is None for row in rows):
         return np.zeros((len(rows), 1))
     horizon = max(len(row) for row in rows if row is not None)
-    padded = [(row or [math.nan] * horizon) + [math.nan] * (horizon - len(row or [math.nan] * horizon))
-              for row in rows]
+    padded = [(row or []) + [math.nan] * (horizon - len(row or [])) for row in rows]
     return np.asarray(padded, dtype=np.float64).reshape(len(rows), horizon)
 
 
