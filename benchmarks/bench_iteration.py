@@ -23,7 +23,7 @@ VARIANTS = {
     "Role-Agent (WIA)": ["algo.name=role_agent", "wia.enabled=true"],
     "Role-Agent (WIA+AIW)": ["algo.name=role_agent", "wia.enabled=true", "aiw.enabled=true"],
 }
-PHASES = ["time/generate_s", "time/predict_s", "time/env_s", "time/update_s", "time/aiw_s", "time/iteration_s"]
+PHASES = ["time/generate_s", "time/extension_s", "time/env_s", "time/update_s", "time/aiw_s", "time/iteration_s"]
 
 
 def main() -> None:
@@ -49,12 +49,12 @@ def main() -> None:
     print(f"\nrecipe {args.recipe} {' '.join(args.set)}")
     print(f"{'variant':22s}" + "".join(f"{p.split('/')[1][:-2]:>11s}" for p in PHASES) + f"{'success':>9s}")
     for name, record in rows.items():
-        print(f"{name:22s}" + "".join(f"{record[p]:11.1f}" for p in PHASES) + f"{record['train/success']:9.2f}")
+        print(f"{name:22s}" + "".join(f"{record.get(p, 0.0):11.1f}" for p in PHASES) + f"{record['train/success']:9.2f}")
     base = rows["GiGPO"]["time/iteration_s"]
     wia = rows["Role-Agent (WIA)"]
     full = rows["Role-Agent (WIA+AIW)"]
     print(f"\nRole-Agent (WIA) / GiGPO iteration time = {wia['time/iteration_s'] / base:.2f}")
-    print(f"prediction pass share of the WIA iteration = {wia['time/predict_s'] / wia['time/iteration_s']:.1%}")
+    print(f"prediction pass share of the WIA iteration = {wia['time/extension_s'] / wia['time/iteration_s']:.1%}")
     print(f"Agent-In-World share of the full iteration = {full['time/aiw_s'] / full['time/iteration_s']:.1%} "
           f"({full.get('aiw/n_failures', 0):.0f} failures analysed)")
 

@@ -18,9 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from roleagent.aiw.memory import FailureMemory
-from roleagent.aiw.reflection import Reflection
-from roleagent.aiw.retrieval import Retriever
+from roleagent.methods.role_agent.aiw.memory import FailureMemory
+from roleagent.methods.role_agent.aiw.reflection import Reflection
+from roleagent.methods.role_agent.aiw.retrieval import Retriever
 from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY
 
 OBJECTS = ["apple", "mug", "soapbar", "desklamp", "knife", "pan", "cloth", "sponge",

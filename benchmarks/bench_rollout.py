@@ -18,6 +18,7 @@ import torch
 
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.envs.workers import EnvPool
+from roleagent.methods.role_agent.wia import PredictionExtension
 from roleagent.models.loading import load_policy
 from roleagent.rollout import RolloutSettings, run_episodes
 
@@ -48,15 +49,16 @@ def main() -> None:
 
     policy = load_policy("embedded", device="cpu")
     engine = RecordingEngine(policy)
-    settings = RolloutSettings(max_steps=args.steps, action_format="action", max_new_tokens=24,
-                               wia_horizon=1, wia_max_new_tokens=24)
+    settings = RolloutSettings(max_steps=args.steps, action_format="action", max_new_tokens=24)
+    extensions = [PredictionExtension(1, max_new_tokens=24, temperature=settings.temperature, top_p=settings.top_p)]
     with EnvPool(args.env, kwargs, slots=args.episodes, processes=True) as pool:
         tasks = pool.meta.tasks("train")[: args.episodes // 2]
         jobs = [(t, 0) for t in tasks for _ in range(2)]
         pool.reset([(i, t, s) for i, (t, s) in enumerate(jobs)])  # warm the workers up
         engine.seed(0)
         started = time.perf_counter()
-        trajectories, stats = run_episodes(engine=engine, pool=pool, jobs=jobs, settings=settings)
+        trajectories, stats = run_episodes(engine=engine, pool=pool, jobs=jobs, settings=settings,
+                                             extensions=extensions)
         rollout_s = time.perf_counter() - started
 
     engine.seed(0)
@@ -71,7 +73,7 @@ def main() -> None:
           f"generate calls={len(engine.record)} torch threads={torch.get_num_threads()}")
     print(f"{'':28s}{'seconds':>9s}")
     print(f"{'rollout (run_episodes)':28s}{rollout_s:9.2f}")
-    print(f"{'  of which generation':28s}{stats.generate_s + stats.predict_s:9.2f}")
+    print(f"{'  of which generation':28s}{stats.generate_s + stats.extension_s:9.2f}")
     print(f"{'  of which env steps/resets':28s}{stats.env_s:9.2f}")
     print(f"{'raw generate, same prompts':28s}{generate_s:9.2f}")
     print(f"rollout / raw generate = {rollout_s / generate_s:.3f}  "

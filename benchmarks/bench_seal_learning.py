@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from roleagent.config import load_config  # noqa: E402
 from roleagent.trainer import Trainer  # noqa: E402
-from roleagent.trainer.seal import diagnosis_metrics  # noqa: E402
+from roleagent.methods.seal.method import diagnosis_metrics  # noqa: E402
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 ARMS = {"vanilla": "grpo_bfcl", "seal": "seal_bfcl"}

@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_dir_errors() -> tuple[type[Exception], ...]:
     """A run directory that cannot be used as it is: damaged, busy or tampered with."""
-    from roleagent.aiw.memory import MemoryDamaged
+    from roleagent.methods.role_agent.aiw.memory import MemoryDamaged
     from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy
 
     return CheckpointError, RunDirBusy, MemoryDamaged

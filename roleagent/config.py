@@ -13,7 +13,6 @@ prints them).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import types
 import typing
@@ -23,15 +22,12 @@ from typing import Any
 
 import yaml
 
+from roleagent.fields import ConfigError, _f
+from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
+from roleagent.methods.seal.config import SEALConfig
+from roleagent.plugins import did_you_mean
 
-class ConfigError(ValueError):
-    """A recipe or override that cannot be used; the message says what to change."""
-
-
-def _f(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" reads best
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kwargs)
-    return field(default=default, metadata={"help": help}, **kwargs)
+__all__ = ["AIWConfig", "ConfigError", "SEALConfig", "TrainConfig", "WIAConfig", "_f", "from_dict", "load_config"]
 
 
 @dataclass
@@ -42,6 +38,8 @@ class ModelConfig:
     lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = _f(32, "LoRA alpha")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
+    engine: str = _f("hf", "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
+                     "roleagent.engines, or module:Class")
 
 
 @dataclass
@@ -72,7 +70,8 @@ class RolloutConfig:
 
 @dataclass
 class AlgoConfig:
-    name: str = _f("role_agent", "grpo | rloo | gigpo | role_agent")
+    name: str = _f("role_agent", "advantage estimator: grpo | rloo | gigpo | role_agent "
+                   "(roleagent.trainer.advantages.ESTIMATORS), an entry point of roleagent.estimators, or module:function")
     gamma: float = _f(0.95, "discount for step returns (GiGPO, Role-Agent)")
     step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
     alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
@@ -81,15 +80,6 @@ class AlgoConfig:
     penalty_placement: str = _f("step", "invalid-action penalty: 'step' (verl-agent: returns and episode scores from raw env rewards, "
                                 "then the penalty subtracted from the invalid step's own return and own episode score) | "
                                 "'reward' (folded into the step reward, so discounted into earlier steps' returns)")
-
-
-@dataclass
-class WIAConfig:
-    enabled: bool = _f(True, "World-In-Agent future-state prediction (role_agent only)")
-    horizon: int = _f(0, "predicted states per action H; 0 means max(1, round(horizon_fraction * T_max))")
-    horizon_fraction: float = _f(0.05, "H as a fraction of the episode step limit (paper: 5%)")
-    max_new_tokens: int = _f(48, "token limit of one prediction")
-    train_predictions: bool = _f(False, "also train the prediction tokens with the step's advantage (paper eq. 9 trains actions only)")
 
 
 @dataclass
@@ -120,32 +110,6 @@ class EvalConfig:
     crash_retries: int = _f(2, "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate")
 
 
-@dataclass
-class AIWConfig:
-    enabled: bool = _f(False, "Agent-In-World: failure analysis -> memory -> retrieval -> task distribution")
-    analyst: str = _f("policy", "policy | rule | llm: who writes failure reflections")
-    retriever: str = _f("policy", "policy | bm25 | embedding: who picks tasks sharing a failure")
-    options: dict = _f({}, "further roleagent.aiw.AIWConfig fields (boost, decay, floor, cap, ...)")
-
-
-# --- SEAL (Hu et al., 2026; roleagent.trainer.seal.SealHook) ------------------------
-@dataclass
-class SEALConfig:
-    enabled: bool = _f(False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below")
-    reweight: bool = _f(True, "multiply each trajectory's group-normalised advantage by w = clip(mean rho(turn labels), w_min, w_max)")
-    utility_ema: bool = _f(True, "the authors' code's closed loop (apatch.dynamic): move the utilities rho toward the failure profile after each iteration (EMA; pass stays fixed; needs reweight). The paper's text keeps rho fixed")
-    interface_evolution: bool = _f(True, "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, recovery hints, profile guidelines); evaluation stays plain")
-    interface_updates: bool = _f(True, "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's guidelines follow the policy's failures; false keeps the interface of iteration 0 (no guidelines). Needs interface_evolution")
-    utilities: dict = _f({}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)")
-    w_min: float = _f(0.5, "lower clip of the trajectory weight")
-    w_max: float = _f(2.0, "upper clip of the trajectory weight")
-    beta: float = _f(0.25, "utility EMA: EMA step toward the target utility")
-    alpha: float = _f(1.0, "utility EMA: prevalence coefficient of the target")
-    confidence_samples: int = _f(32, "utility EMA: trajectories carrying a tag before its target moves fully")
-    window: int = _f(512, "utility EMA: trajectories in the sliding statistics window")
-    profile_window: int = _f(512, "interface evolution: trajectories in the failure profile's window")
-    diagnose_unfinished: bool = _f(True, "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them, on the env workers under env.timeout; false, or a replay that fails, gives them weight 1")
-# --- end SEAL ------------------------------------------------------------------------
 
 
 @dataclass
@@ -164,10 +128,12 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     aiw: AIWConfig = field(default_factory=AIWConfig)
-    seal: SEALConfig = field(default_factory=SEALConfig)  # SEAL
-
-
-ALGORITHMS = ("grpo", "rloo", "gigpo", "role_agent")
+    seal: SEALConfig = field(default_factory=SEALConfig)
+    methods: list = _f([], "methods from outside the package, each 'module:Class' or an entry point of "
+                       "roleagent.methods (a roleagent.methods.Method subclass); built-in methods are switched "
+                       "on by their section's 'enabled'")
+    method_settings: dict = _f({}, "settings of the methods in 'methods', by method name: each mapping is "
+                               "checked against that method's config_class (unknown keys, types)")
 
 
 # ------------------------------------------------------------------ loading ----------
@@ -183,8 +149,7 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
         if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f"; did you mean {(where + '.' if where else '') + close[0]!r}?" if close else ""
+            hint = did_you_mean(key, fields, prefix=where + "." if where else "")
             raise ConfigError(f"unknown config key {path!r}{hint}")
         kwargs[key] = _coerce(hints[key], value, path)
     return cls(**kwargs)
@@ -255,10 +220,12 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill in what a valid config leaves implied (after :func:`validate`, which never
-    changes the config): SEAL's ``env.kwargs.interface`` follows
-    ``seal.interface_evolution``."""
-    if cfg.seal.enabled and "interface" not in cfg.env.kwargs:
-        cfg.env.kwargs["interface"] = "evolved" if cfg.seal.interface_evolution else "plain"
+    changes the config): each enabled method's ``Method.resolve_config`` (e.g. SEAL's
+    ``env.kwargs.interface`` follows ``seal.interface_evolution``)."""
+    from roleagent.methods import method_classes
+
+    for cls in method_classes(cfg):
+        cls.resolve_config(cfg)
     return cfg
 
 
@@ -325,70 +292,19 @@ def validate(cfg: TrainConfig) -> None:
             f"(rollout.tasks_per_iter * rollout.group_size)")
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
-    if cfg.wia.enabled and cfg.algo.name != "role_agent":
-        raise ConfigError("wia.enabled needs algo.name=role_agent (set wia.enabled=false for other algorithms)")
-    aiw_config(cfg)  # raises ConfigError on unknown or inconsistent options (also when off)
-    if cfg.seal.enabled:  # SEAL
-        validate_seal(cfg)
+    from roleagent.engine import ENGINES
+    from roleagent.methods import check_methods
+    from roleagent.plugins import PluginError
+    from roleagent.plugins import resolve as resolve_plugin
+    from roleagent.trainer.advantages import check_estimator
 
-
-def validate_seal(cfg: TrainConfig) -> None:
-    """SEAL needs turn-level diagnosis labels; interface evolution is train-only.
-
-    With ``seal.interface_evolution`` the environment is built with
-    ``interface=evolved``, otherwise ``plain`` (filled in by :func:`resolve` when the
-    recipe leaves it out); the env applies it to ``train``-split tasks only, so evaluation on
-    ``env.eval_split`` sees the plain benchmark interface.
-    """
-    s, kwargs = cfg.seal, cfg.env.kwargs
     try:
-        import importlib
+        resolve_plugin("engines", cfg.model.engine, ENGINES)
+    except PluginError as error:
+        raise ConfigError(f"model.engine: {error}") from None
 
-        from roleagent.envs.base import factory_of
-
-        module, name = factory_of(cfg.env.name).split(":")
-        labelled = bool(getattr(getattr(importlib.import_module(module), name), "diagnosis_turn_labels", False))
-    except KeyError as error:
-        raise ConfigError(f"env.name: {error.args[0]}") from error
-    except ImportError:
-        labelled = cfg.env.name == "bfcl"
-    if not labelled:
-        raise ConfigError(f"seal.enabled needs an environment whose diagnose() returns turn labels "
-                          f"(env.name=bfcl), got env.name={cfg.env.name!r}")
-    if s.utility_ema and not s.reweight:
-        raise ConfigError("seal.utility_ema adapts the reweighting utilities: it needs seal.reweight=true "
-                          "(set seal.utility_ema=false for the w/o-reweighting ablation)")
-    if s.interface_updates and not s.interface_evolution:
-        raise ConfigError("seal.interface_updates updates the evolved interface: it needs "
-                          "seal.interface_evolution=true (set seal.interface_updates=false for the plain interface)")
-    if not 0 < s.w_min <= 1 <= s.w_max:
-        raise ConfigError("seal.w_min must be in (0, 1] and seal.w_max >= 1 (weights stay positive)")
-    if any(not isinstance(v, (int, float)) or v <= 0 for v in s.utilities.values()):
-        raise ConfigError("seal.utilities values must be positive numbers")
-    interface = kwargs.get("interface")
-    if s.interface_evolution:
-        if interface not in (None, "evolved"):
-            raise ConfigError(f"seal.interface_evolution=true trains on env.kwargs.interface=evolved, got "
-                              f"{interface!r} (drop it, or set seal.interface_evolution=false)")
-        if cfg.env.eval_split == cfg.env.train_split:
-            raise ConfigError("seal.interface_evolution changes train-split prompts: env.eval_split must differ "
-                              "from env.train_split so evaluation sees the plain interface")
-    elif interface == "evolved":
-        raise ConfigError("env.kwargs.interface=evolved without seal.interface_evolution would freeze the "
-                          "failure profile (no guidelines ever): set seal.interface_evolution=true or interface=plain")
-    elif interface not in (None, "plain"):
-        raise ConfigError(f"env.kwargs.interface={interface!r}: expected plain or evolved")
-
-
-def aiw_config(cfg: TrainConfig):
-    """The Agent-In-World module's own config from the ``aiw`` section."""
-    from roleagent.aiw import config_from_dict
-
-    options = {"analyst": cfg.aiw.analyst, "retriever": cfg.aiw.retriever, **cfg.aiw.options}
-    try:
-        return config_from_dict(options)
-    except (KeyError, ValueError) as error:
-        raise ConfigError(f"aiw: {error.args[0] if error.args else error}") from error
+    check_estimator(cfg.algo.name)
+    check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
 
 
 def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:

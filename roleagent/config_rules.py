@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from roleagent.config import ALGORITHMS, ConfigError
+from roleagent.fields import ConfigError
 
 Rule = tuple[Callable[[Any], bool], str]  # (accepts value, what a valid value is)
 
@@ -52,7 +52,7 @@ FIELD_RULES: dict[str, Rule] = {
     "threads": at_least(0),
     "model.name": NONEMPTY, "model.device": DEVICE,
     "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),
-    "model.lora_rank": at_least(0), "model.lora_alpha": above(0),
+    "model.lora_rank": at_least(0), "model.lora_alpha": above(0), "model.engine": NONEMPTY,
     "env.name": NONEMPTY, "env.timeout": above(0), "env.train_split": NONEMPTY,
     "env.eval_split": NONEMPTY,
     "rollout.tasks_per_iter": at_least(1), "rollout.group_size": at_least(1),
@@ -62,7 +62,7 @@ FIELD_RULES: dict[str, Rule] = {
     "rollout.temperature": above(0), "rollout.top_p": within(0, 1, open_low=True),
     "rollout.invalid_penalty": at_least(0), "rollout.max_prompt_tokens": at_least(16),
     "rollout.max_batch": at_least(1),
-    "algo.name": one_of(*ALGORITHMS), "algo.gamma": within(0, 1),
+    "algo.name": NONEMPTY, "algo.gamma": within(0, 1),  # the estimator registry: check_estimator
     "algo.step_weight": at_least(0), "algo.alpha": at_least(0),
     "algo.norm": one_of("mean_std_norm", "mean_norm"),
     "algo.penalty_placement": one_of("step", "reward"),
@@ -78,13 +78,21 @@ FIELD_RULES: dict[str, Rule] = {
     "eval.seed": SEED, "eval.crash_retries": at_least(0),
     "aiw.analyst": one_of("policy", "rule", "llm"),
     "aiw.retriever": one_of("policy", "llm", "bm25", "embedding"),
+    "aiw.candidates": at_least(1), "aiw.prefilter": one_of("hybrid", "bm25", "type"), "aiw.top_k": at_least(1),
+    "aiw.boost": at_least(0), "aiw.self_boost": at_least(0), "aiw.decay": within(0, 1),
+    "aiw.floor": within(0, 1), "aiw.cap": at_least(1), "aiw.max_failures_per_iter": at_least(0),
+    "aiw.analysis_chars": at_least(1), "aiw.observation_chars": at_least(1),
+    "aiw.analysis_max_new_tokens": at_least(1), "aiw.retrieval_max_new_tokens": at_least(1),
+    "aiw.reflection_temperature": at_least(0), "aiw.bm25_k1": at_least(0), "aiw.bm25_b": within(0, 1),
+    "aiw.memory_file": (lambda v: bool(v.strip()) and "/" not in v and v not in (".", ".."),
+                        "a file name (no '/') inside the run directory"),
     "seal.w_min": within(0, 1, open_low=True), "seal.w_max": at_least(1),
     "seal.beta": within(0, 1, open_low=True), "seal.alpha": at_least(0),
     "seal.confidence_samples": at_least(1), "seal.window": at_least(1),
     "seal.profile_window": at_least(1),
 }
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
-FREE = {"env.kwargs", "aiw.options", "seal.utilities"}
+FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings"}  # methods: roleagent.methods.check_methods
 
 
 def fields_of(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -103,10 +111,11 @@ def _value(cfg: Any, key: str) -> Any:
     return cfg
 
 
-def check_fields(cfg: Any) -> None:
-    """Every float finite, every ruled field within its rule (``None`` passes: optional)."""
-    for key, _ in fields_of(type(cfg)):
-        value = _value(cfg, key)
+def check_fields(cfg: Any, prefix: str = "") -> None:
+    """Every float finite, every ruled field within its rule (``None`` passes: optional).
+    ``cfg`` is a TrainConfig, or one of its sections with ``prefix`` its key (``"aiw."``)."""
+    for key, _ in fields_of(type(cfg), prefix):
+        value = _value(cfg, key[len(prefix):])
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value!r}: must be a finite number")
         rule = FIELD_RULES.get(key)

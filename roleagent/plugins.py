@@ -79,6 +79,14 @@ def unknown(what: str, name: str, known: Iterable[str]) -> str:
     """``unknown env 'alfwrld'; did you mean 'alfworld'? (known: ...)`` — the one
     "did you mean" message of the package."""
     known = sorted(set(known))
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {what} {name!r}{hint} (known: {', '.join(known)}; or 'module:Class')"
+    return f"unknown {what} {name!r}{did_you_mean(name, known)} (known: {', '.join(known)}; or 'module:Class')"
+
+
+def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
+    """``"; did you mean 'alfworld'?"`` for the closest known name, or ``""``::
+
+        >>> did_you_mean("lrr", ["lr", "seed"], prefix="optim.")
+        "; did you mean 'optim.lr'?"
+    """
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {prefix + close[0]!r}?" if close else ""

@@ -3,10 +3,13 @@
 One turn of the loop (all active episodes together):
 
 1. build each episode's actor prompt and generate all actions in one batched call;
-2. World-In-Agent (optional): generate all H-step predictions in a second batched call;
+2. rollout extensions of the enabled methods (e.g. Role-Agent's World-In-Agent
+   predictions): one more batched generation each, recorded in ``step.extras[name]``;
 3. step all environments in parallel (worker processes) — a separate phase, so
-   environment processes never compete with torch for the cores (DESIGN §6);
-4. finished episodes drop out of the batch.
+   environment processes never compete with torch for the cores (``docs/design.md``,
+   "Performance");
+4. finished episodes drop out of the batch; each extension's ``finish`` sees every
+   finished trajectory (e.g. to score the predictions against what followed).
 
 An output without a parsable action is an invalid step: the environment is not stepped,
 the observation stays, the step's environment reward is 0 and its ``penalty`` is
@@ -21,14 +24,13 @@ states coincide and GiGPO's anchor groups have something to compare.
 from __future__ import annotations
 
 import functools
-import math
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
 
-from roleagent.algos import prediction_score_matrix
-from roleagent.engine.hf import HFEngine, SamplingParams
+from roleagent.engine.base import Engine, SamplingParams
 from roleagent.envs.workers import EnvPool
-from roleagent.roles import actor, predictor
+from roleagent.roles import actor
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -42,14 +44,36 @@ class RolloutSettings:
     top_p: float = 1.0
     invalid_penalty: float = 0.1
     project_actions: bool = False  # map a non-admissible action onto the closest admissible one
-    wia_horizon: int = 0  # 0: no World-In-Agent predictions
-    wia_max_new_tokens: int = 48
+
+
+@dataclass
+class Turn:
+    """What a rollout extension sees of one episode's turn: the state and the chosen action."""
+
+    instruction: str
+    observation: str
+    action: str | None
+    valid: bool
+
+
+class RolloutExtension(Protocol):
+    """A method's extra batched generation per turn (``Method.rollout_extension``)."""
+
+    name: str  # the step.extras key of its records
+
+    def after_actions(self, engine: Engine, turns: Sequence[Turn]) -> list[dict[str, Any] | None]:
+        """One record per turn (None: nothing to record), from at most one batched call."""
+        ...
+
+    def finish(self, trajectory: Trajectory) -> None:
+        """Called once per finished episode of the wave."""
+        ...
 
 
 @dataclass
 class RolloutStats:
     generate_s: float = 0.0
-    predict_s: float = 0.0
+    extension_s: float = 0.0
     env_s: float = 0.0
     turns: int = 0
     generated_tokens: int = 0
@@ -72,10 +96,11 @@ class _Episode:
 
 def run_episodes(
     *,
-    engine: HFEngine,
+    engine: Engine,
     pool: EnvPool,
     jobs: list[tuple[Task, int]],
     settings: RolloutSettings,
+    extensions: Sequence[RolloutExtension] = (),
     progress=None,
 ) -> tuple[list[Trajectory], RolloutStats]:
     """Play each ``(task, seed)`` once; at most ``pool.size`` episodes run at a time."""
@@ -84,7 +109,7 @@ def run_episodes(
     tokens_before = (engine.generated_tokens, engine.prompt_tokens)
     for start in range(0, len(jobs), pool.size):
         wave = jobs[start:start + pool.size]
-        trajectories.extend(_run_wave(engine, pool, wave, settings, stats, progress))
+        trajectories.extend(_run_wave(engine, pool, wave, settings, extensions, stats, progress))
     stats.generated_tokens = engine.generated_tokens - tokens_before[0]
     stats.prompt_tokens = engine.prompt_tokens - tokens_before[1]
     return trajectories, stats
@@ -95,7 +120,7 @@ def _messages(info: dict | None) -> list[dict[str, str]] | None:
     return None if messages is None else [dict(m) for m in messages]
 
 
-def _actor_messages(e: _Episode, settings: RolloutSettings, engine: HFEngine, count_tokens) -> list[dict[str, str]]:
+def _actor_messages(e: _Episode, settings: RolloutSettings, engine: Engine, count_tokens) -> list[dict[str, str]]:
     """The actor's chat: the whole conversation for environments that report their chat
     messages (BFCL), trimmed to the engine's prompt budget; else the bounded text prompt."""
     if e.transcript is not None:
@@ -107,13 +132,11 @@ def _actor_messages(e: _Episode, settings: RolloutSettings, engine: HFEngine, co
     )
 
 
-def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]:
+def _start_wave(pool, wave, stats) -> list[_Episode]:
     started = time.perf_counter()
-    count_tokens = functools.lru_cache(maxsize=4096)(
-        lambda text: len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]))
     replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
     stats.env_s += time.perf_counter() - started
-    episodes = [
+    return [
         _Episode(
             slot=slot, trajectory=Trajectory(task=task, seed=seed, instruction=(reply.info or {}).get("instruction", "")),
             instruction=(reply.info or {}).get("instruction", ""),
@@ -122,6 +145,12 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
         )
         for slot, ((task, seed), reply) in enumerate(zip(wave, replies))
     ]
+
+
+def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list[Trajectory]:
+    count_tokens = functools.lru_cache(maxsize=4096)(
+        lambda text: len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]))
+    episodes = _start_wave(pool, wave, stats)
     sampling = SamplingParams(
         max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
         top_p=settings.top_p, stop=actor.STOP[settings.action_format],
@@ -145,31 +174,11 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
             parsed = [actor.project_action(p, e.admissible) for p, e in zip(parsed, active)]
         stats.generate_s += time.perf_counter() - started
 
-        # 2. World-In-Agent predictions of the next H states ------------------------
-        predictions: list[list[str]] = [[] for _ in active]
-        prediction_gens = [None] * len(active)
-        if settings.wia_horizon > 0:
-            started = time.perf_counter()
-            valid_rows = [i for i, p in enumerate(parsed) if p.valid]
-            pred_prompts = [
-                engine.encode_chat(
-                    predictor.predictor_messages(
-                        instruction=active[i].instruction, observation=active[i].observation,
-                        action=parsed[i].action, horizon=settings.wia_horizon,
-                    ),
-                    response_prefix=predictor.PREFIX,
-                )
-                for i in valid_rows
-            ]
-            if pred_prompts:
-                pred_sampling = SamplingParams(
-                    max_new_tokens=settings.wia_max_new_tokens, temperature=settings.temperature,
-                    top_p=settings.top_p, stop=predictor.stop_strings(settings.wia_horizon),
-                )
-                for i, gen in zip(valid_rows, engine.generate(pred_prompts, pred_sampling)):
-                    predictions[i] = predictor.parse_predictions(gen.text, settings.wia_horizon)
-                    prediction_gens[i] = gen
-            stats.predict_s += time.perf_counter() - started
+        # 2. the methods' extra generations (e.g. World-In-Agent predictions) ----------
+        started = time.perf_counter()
+        turns = [Turn(e.instruction, e.observation, p.action, p.valid) for e, p in zip(active, parsed)]
+        records = [(ext.name, ext.after_actions(engine, turns)) for ext in extensions]
+        stats.extension_s += time.perf_counter() - started
 
         # 3. environment steps, all slots in parallel --------------------------------
         started = time.perf_counter()
@@ -177,60 +186,49 @@ def _run_wave(engine, pool, wave, settings, stats, progress) -> list[Trajectory]
         replies = iter(pool.step(to_step)) if to_step else iter(())
         stats.env_s += time.perf_counter() - started
 
-        for e, gen, p, preds, pgen in zip(active, generations, parsed, predictions, prediction_gens):
+        for i, (e, gen, p) in enumerate(zip(active, generations, parsed)):
             step = Step(
                 observation=e.observation, state_key=e.state_key,
                 prompt_ids=gen.prompt_ids, action_ids=gen.ids, action_logprobs=gen.logprobs,
-                action_text=gen.text, action=p.action, valid=p.valid, predictions=preds,
+                action_text=gen.text, action=p.action, valid=p.valid,
             )
-            if pgen is not None:
-                step.prediction_prompt_ids = pgen.prompt_ids
-                step.prediction_ids = pgen.ids
-                step.prediction_logprobs = pgen.logprobs
-            if p.valid:
-                reply = next(replies)
-                step.reward, step.done = reply.reward, reply.done
-                step.info = dict(reply.info or {})
-                if p.projected_from is not None:
-                    step.info["projected_from"] = p.projected_from
-                if reply.crashed:
-                    e.trajectory.crashed = True
-                else:
-                    e.observation, e.state_key = reply.observation, reply.state_key
-                    e.admissible = reply.admissible
-                if step.info.get("success"):
-                    e.trajectory.success = True
-                e.history.append((p.action, reply.observation))
-                if e.transcript is not None and not reply.crashed:
-                    e.transcript += [{"role": "assistant", "content": p.action}] + _messages(reply.info)
-            else:
-                step.penalty = settings.invalid_penalty
-                step.reward = -step.penalty
-                step.info = {"invalid": True}
-                e.history.append(("(invalid output)", "Invalid action format."))
-            e.trajectory.steps.append(step)
-            if step.done or e.trajectory.crashed or len(e.trajectory.steps) >= settings.max_steps:
-                e.done = True
-                e.trajectory.final_observation = e.observation
+            step.extras.update({name: rows[i] for name, rows in records if rows[i] is not None})
+            _apply(e, step, p, next(replies) if p.valid else None, settings)
         if progress is not None:
             progress.update(1)
 
     for e in episodes:
         if not e.done:  # the loop ran out of turns
             e.trajectory.final_observation = e.observation
-        if settings.wia_horizon > 0:
-            score_predictions(e.trajectory, settings.wia_horizon)
+        for ext in extensions:
+            ext.finish(e.trajectory)
     return [e.trajectory for e in episodes]
 
 
-def score_predictions(trajectory: Trajectory, horizon: int) -> None:
-    """Fill ``Step.prediction_scores`` with r̃_{t,h} (eq. 4); NaN past the end or when no
-    prediction was made (invalid action), so those terms drop out of R_pre."""
-    steps = trajectory.steps
-    if not steps:
-        return
-    future = [s.observation for s in steps[1:]] + [trajectory.final_observation]
-    predictions = [s.predictions if s.predictions else [None] * horizon for s in steps]
-    matrix = prediction_score_matrix(predictions, future, horizon=horizon)  # (T, H)
-    for step, row in zip(steps, matrix):
-        step.prediction_scores = [float(x) for x in row] if step.predictions else [math.nan] * horizon
+def _apply(e: _Episode, step: Step, p, reply, settings: RolloutSettings) -> None:
+    """Record the environment's reply (None: an invalid output, not stepped) in ``step``
+    and the episode, and append the step."""
+    if reply is not None:
+        step.reward, step.done = reply.reward, reply.done
+        step.info = dict(reply.info or {})
+        if p.projected_from is not None:
+            step.info["projected_from"] = p.projected_from
+        if reply.crashed:
+            e.trajectory.crashed = True
+        else:
+            e.observation, e.state_key = reply.observation, reply.state_key
+            e.admissible = reply.admissible
+        if step.info.get("success"):
+            e.trajectory.success = True
+        e.history.append((p.action, reply.observation))
+        if e.transcript is not None and not reply.crashed:
+            e.transcript += [{"role": "assistant", "content": p.action}] + _messages(reply.info)
+    else:
+        step.penalty = settings.invalid_penalty
+        step.reward = -step.penalty
+        step.info = {"invalid": True}
+        e.history.append(("(invalid output)", "Invalid action format."))
+    e.trajectory.steps.append(step)
+    if step.done or e.trajectory.crashed or len(e.trajectory.steps) >= settings.max_steps:
+        e.done = True
+        e.trajectory.final_observation = e.observation

@@ -59,11 +59,25 @@ def _print_trajectory(index: int, r: dict) -> None:
         print(f"observation: {step['observation']}")
         print(f"generated:   {step['action_text']!r}")
         print(f"action:      {step['action']}")
-        for h, (pred, score) in enumerate(zip(step.get("predictions", []), step.get("prediction_scores", []))):
-            print(f"predicted s+{h + 1}: {pred!r} (LMS {score})")
+        _print_records(step.get("extras", {}))
     print(f"\nfinal observation: {r.get('final_observation', '')}")
+    if r.get("extras"):
+        print(f"methods: {r['extras']}")
     if r.get("diagnosis"):
         print(f"diagnosis: {r['diagnosis']}")
+
+
+def _print_records(extras: dict) -> None:
+    """What the algorithm and the methods recorded for a step (``Step.extras``)."""
+    algo = extras.get("algo")
+    if algo:
+        print("advantage:   " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in algo.items()))
+    wia = extras.get("wia", {})
+    for h, (pred, score) in enumerate(zip(wia.get("predictions", []), wia.get("scores", []))):
+        print(f"predicted s+{h + 1}: {pred!r} (LMS {score})")
+    for name, record in extras.items():
+        if name not in ("algo", "wia"):
+            print(f"{name}: {record}")
 
 
 def _view_memory(run: Path) -> int:

@@ -3,7 +3,7 @@
 import pytest
 
 from roleagent.roles.actor import actor_messages, parse_action
-from roleagent.roles.predictor import parse_predictions, predictor_messages
+from roleagent.methods.role_agent.wia import parse_predictions, predictor_messages
 
 
 @pytest.mark.parametrize("text,fmt,expected", [

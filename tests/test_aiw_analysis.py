@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from roleagent.aiw.analysis import failure_mode_series, plot_failure_modes, point_biserial
-from roleagent.aiw.memory import FailureMemory
-from roleagent.aiw.reflection import Reflection
+from roleagent.methods.role_agent.aiw.analysis import failure_mode_series, plot_failure_modes, point_biserial
+from roleagent.methods.role_agent.aiw.memory import FailureMemory
+from roleagent.methods.role_agent.aiw.reflection import Reflection
 
 
 def test_point_biserial_matches_pearson_and_t_test():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from roleagent.aiw.memory import FailureMemory, MemoryDamaged
-from roleagent.aiw.reflection import Reflection
+from roleagent.methods.role_agent.aiw.memory import FailureMemory, MemoryDamaged
+from roleagent.methods.role_agent.aiw.reflection import Reflection
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,8 +125,8 @@ def test_uncommitted_rows_are_not_visible_to_a_reader(tmp_path):
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from roleagent.aiw.memory import FailureMemory, MemoryDamaged
-    from roleagent.aiw.reflection import Reflection
+    from roleagent.methods.role_agent.aiw.memory import FailureMemory, MemoryDamaged
+    from roleagent.methods.role_agent.aiw.reflection import Reflection
     mem = FailureMemory({path!r}, ("a",))
     for i in range(5):
         mem.add_failure(f"e/train/{{i}}", 0, Reflection(dominant_type="a", source="rule"))

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from roleagent.aiw import AgentInWorld, AIWConfig, config_from_dict
+from roleagent.config import ConfigError, from_dict
+from roleagent.methods.role_agent.aiw import AgentInWorld, AIWConfig
 from roleagent.types import Step, Task, Trajectory
 
 TAXONOMY = ("missing_precondition", "wrong_target_location", "navigation_loop",
@@ -61,7 +62,7 @@ class ScriptedLLM:
 
 
 def new_aiw(tmp_path, **kw) -> AgentInWorld:
-    return AgentInWorld(AIWConfig(**kw), TRAIN, tmp_path, TAXONOMY)
+    return AgentInWorld(AIWConfig(**{"enabled": True, **kw}), TRAIN, tmp_path, TAXONOMY)
 
 
 def test_end_to_end_policy_roles(tmp_path):
@@ -211,9 +212,9 @@ def test_contract_errors(tmp_path):
     aiw.close()
     with pytest.raises(ValueError):
         AIWConfig(analyst="oracle").validate()
-    with pytest.raises(KeyError, match="did you mean 'decay'"):
-        config_from_dict({"decya": 0.5})
-    assert config_from_dict({"decay": 0.5}).decay == 0.5
+    with pytest.raises(ConfigError, match="did you mean 'aiw.decay'"):
+        from_dict(AIWConfig, {"decya": 0.5}, "aiw")
+    assert from_dict(AIWConfig, {"decay": 0.5}, "aiw").decay == 0.5
 
 
 def test_disabled_keeps_uniform(tmp_path):

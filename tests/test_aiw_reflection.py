@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from roleagent.aiw.prompts import analysis_messages, render_trajectory, task_instruction
-from roleagent.aiw.reflection import (
+from roleagent.methods.role_agent.aiw.prompts import analysis_messages, render_trajectory, task_instruction
+from roleagent.methods.role_agent.aiw.reflection import (
     fallback_reflection,
     map_to_taxonomy,
     parse_reflection,

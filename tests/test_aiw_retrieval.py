@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roleagent.aiw.memory import FailureMemory
-from roleagent.aiw.reflection import Reflection
-from roleagent.aiw.retrieval import (
+from roleagent.methods.role_agent.aiw.memory import FailureMemory
+from roleagent.methods.role_agent.aiw.reflection import Reflection
+from roleagent.methods.role_agent.aiw.retrieval import (
     BM25Index,
     Retriever,
     embedding_available,

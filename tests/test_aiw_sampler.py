@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from roleagent.aiw.sampler import TaskSampler
+from roleagent.methods.role_agent.aiw.sampler import TaskSampler
 
 IDS = [f"env/train/{i:03d}" for i in range(10)]
 

@@ -32,12 +32,15 @@ def test_train_view_eval_smoke(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["evals"]) == {"before", "after"}
     trajectory = json.loads((run / "rollouts" / "iter_000000.jsonl").read_text().splitlines()[0])
-    assert trajectory["steps"][0]["predictions"] is not None and trajectory["task_id"].startswith("textcraft/")
+    assert trajectory["task_id"].startswith("textcraft/")
+    step = trajectory["steps"][0]  # what the algorithm computed, and World-In-Agent's record
+    assert set(step["extras"]) == {"wia", "algo"} and {"advantage", "episode", "step", "state_group"} <= set(step["extras"]["algo"])
+    assert "scores" in step["extras"]["wia"] and "ids" not in step["extras"]["wia"]  # no token data in dumps
 
     listing = cli("view", str(run)).stdout
     assert "iter_000000" in listing and "4 trajectories" in listing
     shown = cli("view", str(run), "--file", "iter_000000", "--index", "0").stdout
-    assert "step 0" in shown and "observation:" in shown
+    assert "step 0" in shown and "observation:" in shown and "advantage" in shown
 
     evaluated = cli("eval", "--run", str(run), "--max-tasks", "2", "--label", "ckpt").stdout
     assert "ckpt eval" in evaluated

@@ -42,7 +42,9 @@ def test_overrides_parse_yaml_values():
 @pytest.mark.parametrize("override,message", [
     (["optim.mini_batches=100"], "exceeds the 16 episodes"),
     (["rollout.group_size=1"], "group_size must be >= 2"),
-    (["algo.name=ppo2"], "algo.name='ppo2': must be one of"),
+    (["algo.name=ppo2"], "algo.name: unknown estimator 'ppo2'"),
+    (["algo.name=grpoo"], "did you mean 'grpo'"),
+    (["model.engine=vllm2"], "model.engine: unknown engine .vllm2."),
     (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
     (["optim.dual_clip=0.5"], "optim.dual_clip=0.5: must be > 1"),
     (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),
@@ -63,3 +65,23 @@ def test_explain_covers_nested_fields():
     lines = explain()
     assert any(line.startswith("optim.clip_high = 0.28:") for line in lines)
     assert any(line.startswith("wia.horizon_fraction = 0.05:") for line in lines)
+
+
+def test_explain_lists_every_agent_in_world_and_seal_knob():
+    """Every field of the typed aiw and seal sections (no untyped options dict) is listed
+    with its default and help; aiw keys are type-checked and range-checked."""
+    import dataclasses
+
+    from roleagent.config import AIWConfig, SEALConfig
+
+    keys = {line.split(" = ")[0] for line in explain()}
+    for prefix, cls in (("aiw", AIWConfig), ("seal", SEALConfig)):
+        for f in dataclasses.fields(cls):
+            assert f"{prefix}.{f.name}" in keys
+    assert any(line.startswith("aiw.decay = 0.9:") and "must be in [0, 1]" in line for line in explain())
+    assert "model.engine" in keys and "methods" in keys and "aiw.options" not in keys
+    assert load_config(None, ["aiw.decay=0.5", "aiw.retrieval_max_new_tokens=32"]).aiw.decay == 0.5
+    with pytest.raises(ConfigError, match="aiw.top_k=0"):
+        load_config(None, ["aiw.top_k=0"])
+    with pytest.raises(ConfigError, match="aiw.memory_file"):
+        load_config(None, ["aiw.memory_file=../x.sqlite"])

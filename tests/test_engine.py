@@ -4,7 +4,7 @@ import torch
 
 from roleagent.engine.hf import HFEngine, SamplingParams, encode_chat
 from roleagent.roles.actor import actor_messages
-from roleagent.roles.predictor import predictor_messages
+from roleagent.methods.role_agent.wia import predictor_messages
 from roleagent.trainer.update import TrainSample, _collate, token_logprobs
 
 

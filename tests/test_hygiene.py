@@ -61,18 +61,18 @@ def _load_benchmark(name: str):
 
 
 def test_bench_retrieval_lives_in_benchmarks():
-    import roleagent.aiw
-    from roleagent.aiw import retrieval
+    import roleagent.methods.role_agent.aiw as aiw_package
+    from roleagent.methods.role_agent.aiw import retrieval
 
     assert not hasattr(retrieval, "bench_retrieval")
-    assert "bench_retrieval" not in roleagent.aiw.__all__
+    assert "bench_retrieval" not in aiw_package.__all__
     out = _load_benchmark("bench_retrieval").bench_retrieval(n_memories=300, n_queries=5)
     assert out["n_memories"] == 300.0
     assert 0 < out["query_ms_p50"] <= out["query_ms_p95"]
 
 
 def test_point_biserial_p_value_without_scipy(monkeypatch):
-    from roleagent.aiw import analysis
+    from roleagent.methods.role_agent.aiw import analysis
 
     assert not hasattr(analysis, "_betainc") and not hasattr(analysis, "_betacf")
     x, y = [1.0, 2.0, 3.0, 4.0], [0, 0, 1, 1]

@@ -17,13 +17,13 @@ import time
 
 import pytest
 
-from roleagent.aiw.agent_in_world import AIWConfig
-from roleagent.aiw.reflection import parse_reflection, parse_small_int
-from roleagent.aiw.retrieval import parse_selection
+from roleagent.methods.role_agent.config import AIWConfig
+from roleagent.methods.role_agent.aiw.reflection import parse_reflection, parse_small_int
+from roleagent.methods.role_agent.aiw.retrieval import parse_selection
 from roleagent.config import TrainConfig
 from roleagent.envs.alfworld.diagnosis import entity_type, parse_command
 from roleagent.roles.actor import action_blocks, parse_action
-from roleagent.roles.predictor import parse_predictions
+from roleagent.methods.role_agent.wia import parse_predictions
 
 CHARS_PER_TOKEN = 4
 BOUND_S = 1.0  # any single call, any input up to 4x the limit (linear code: milliseconds)

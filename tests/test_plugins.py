@@ -233,3 +233,11 @@ def test_unknown_message():
     assert unknown("engine", "zzz", ["hf"]) == "unknown engine 'zzz' (known: hf; or 'module:Class')"
     with pytest.raises(PluginError, match=r"^unknown estimator 'gpro'; did you mean 'grpo'\?"):
         plugins.resolve("estimators", "gpro", {"grpo": "m:a", "gigpo": "m:b"})
+
+
+def test_plugins_docstring_examples():
+    import doctest
+
+    import roleagent.plugins
+
+    assert doctest.testmod(roleagent.plugins).failed == 0

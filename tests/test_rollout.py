@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from roleagent.envs.workers import EnvPool
+from roleagent.methods.role_agent.wia import PredictionExtension
 from roleagent.rollout import RolloutSettings, run_episodes
 
 
@@ -65,17 +66,18 @@ def test_wia_predictions_are_scored_against_next_observation(scripted_engine):
         task = next(t for t in pool.meta.tasks("train") if t.payload["key_room"] == 1)
         (trajectory,), stats = run_episodes(
             engine=engine, pool=pool, jobs=[(task, 0)],
-            settings=RolloutSettings(max_steps=8, action_format="action", wia_horizon=2))
-    assert stats.predict_s >= 0
-    step0 = trajectory.steps[0]
-    assert step0.predictions[0] == "You are in room 1."
-    assert len(step0.prediction_scores) == 2
+            settings=RolloutSettings(max_steps=8, action_format="action"),
+            extensions=[PredictionExtension(2, max_new_tokens=48, temperature=1.0, top_p=1.0)])
+    assert stats.extension_s >= 0
+    step0 = trajectory.steps[0].extras["wia"]
+    assert step0["predictions"][0] == "You are in room 1."
+    assert len(step0["scores"]) == 2 and step0["ids"] and len(step0["ids"]) == len(step0["logprobs"])
     # The first action moves to room 1, which shows a key: partial word overlap, in (0, 1).
     truth = trajectory.steps[1].observation
     assert truth.startswith("You are in room 1.")
-    assert 0.0 < step0.prediction_scores[0] < 1.0
+    assert 0.0 < step0["scores"][0] < 1.0
     # The last step's second horizon lies past the end of the trajectory.
-    assert math.isnan(trajectory.steps[-1].prediction_scores[1])
+    assert math.isnan(trajectory.steps[-1].extras["wia"]["scores"][1])
 
 
 def test_crashed_environment_is_restarted_and_marked(scripted_engine):
@@ -124,6 +126,6 @@ def test_step_batch_separates_env_rewards_and_penalties_and_places_them_per_step
     np.testing.assert_allclose(batch.rewards, [0, 1, 0, 1])
     np.testing.assert_allclose(batch.penalties, [0, 0, 0.1, 0])
     cfg = AlgoConfig(name="gigpo", gamma=1.0, norm="mean_norm")
-    np.testing.assert_allclose(compute_advantages(batch, cfg, wia=False), [0.075, 0.025, -0.125, 0.025])
+    np.testing.assert_allclose(compute_advantages(batch, cfg).value, [0.075, 0.025, -0.125, 0.025])
     cfg.penalty_placement = "reward"
-    np.testing.assert_allclose(compute_advantages(batch, cfg, wia=False), [0.1, 0.05, -0.1, -0.05])
+    np.testing.assert_allclose(compute_advantages(batch, cfg).value, [0.1, 0.05, -0.1, -0.05])

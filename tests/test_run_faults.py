@@ -14,7 +14,7 @@ import sqlite3
 import pytest
 import torch
 
-from roleagent.aiw.memory import MemoryDamaged
+from roleagent.methods.role_agent.aiw.memory import MemoryDamaged
 from roleagent.trainer import Trainer
 from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy, _file_entry
 from tests.run_helpers import AIW, TINY, Killed, assert_same_run, config, memory_rows, metrics, run, trainable
@@ -192,7 +192,7 @@ def test_crafted_state_is_refused_and_never_runs(tmp_path, reference, capsys):
     run_dir = _copy(reference, tmp_path)
     newest = _newest(run_dir)
     marker = tmp_path / "pwned"
-    torch.save({"format": 2, "x": _Payload(str(marker))}, newest / "state.pt")
+    torch.save({"format": 3, "x": _Payload(str(marker))}, newest / "state.pt")
     if (newest / "manifest.json").exists():  # an attacker can fix the manifest up too
         manifest = json.loads((newest / "manifest.json").read_text())
         manifest["files"]["state.pt"] = _file_entry(newest / "state.pt")

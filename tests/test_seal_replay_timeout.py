@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -43,10 +44,10 @@ def _traj(task_id, reward):
 
 def _hook(pool):
     from roleagent.config import SEALConfig
-    from roleagent.trainer.seal import SealHook
+    from roleagent.methods.seal.method import SealMethod
 
-    return SealHook(SEALConfig(enabled=True, utility_ema=False, interface_evolution=False,
-                               interface_updates=False), pool)
+    return SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True, utility_ema=False,
+                                                             interface_evolution=False, interface_updates=False))
 
 
 def test_hanging_replay_is_bounded_by_the_worker_timeout_and_the_run_continues():
@@ -77,7 +78,7 @@ def _run_hanging_replay(EnvPool, StepBatch, timeout):
         np.testing.assert_allclose(out, [1.0, -2.0, 1.0])  # hung: w = 1; replayed: w = 2
         assert trajectories[0].diagnosis["unavailable"].startswith("crashed: TimeoutError")
         assert trajectories[1].diagnosis["seen_steps"] == 1  # replayed in a worker
-        metrics = hook.after_iteration(trajectories, iteration=0, pool=pool)
+        metrics = hook.after_iteration(trajectories, iteration=0)
         assert metrics["diagnosis_unavailable"] == 1 / 3 and metrics["diagnosed"] == 2 / 3
         assert pool.restarts == restarts + 1  # only the hung worker was replaced
         # not replayed again, and the restarted worker plays the next episode
@@ -88,14 +89,14 @@ def _run_hanging_replay(EnvPool, StepBatch, timeout):
 
 def test_in_process_replay_that_raises_marks_the_diagnosis_unavailable():
     from roleagent.config import SEALConfig
+    from roleagent.methods.seal.method import SealMethod
     from roleagent.trainer.advantages import StepBatch
-    from roleagent.trainer.seal import SealHook
 
     def diagnose(trajectory):
         raise RecursionError("replay blew up")
 
-    hook = SealHook(SEALConfig(enabled=True, utility_ema=False, interface_evolution=False,
-                               interface_updates=False), None, diagnose=diagnose)
+    hook = SealMethod(None, SEALConfig(enabled=True, utility_ema=False, interface_evolution=False,
+                                       interface_updates=False), diagnose=diagnose)
     trajectories = [_traj("t/a", 0.0), _traj("t/b", 1.0)]
     batch = StepBatch.from_trajectories(trajectories)
     np.testing.assert_allclose(hook.adjust_advantages(batch, np.array([-1.0, 1.0])), [-1.0, 1.0])

@@ -4,13 +4,14 @@ to worker processes, config checks and a tiny end-to-end run that resumes."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from roleagent.config import ConfigError, SEALConfig, load_config
+from roleagent.methods.seal.method import SealMethod
 from roleagent.trainer.advantages import StepBatch, compute_advantages
-from roleagent.trainer.seal import SealHook
 from roleagent.types import Step, Task, Trajectory
 
 pytest.importorskip("bfcl_eval")
@@ -26,7 +27,7 @@ def _traj(task_id, rewards, labels=None, *, crashed=False, success=False, info_d
 
 
 def _hook(**kw):
-    return SealHook(SEALConfig(enabled=True, interface_evolution=False, **kw), None)
+    return SealMethod(None, SEALConfig(enabled=True, interface_evolution=False, **kw))
 
 
 def test_weights_scale_advantages_without_flipping_signs_and_clip():
@@ -37,7 +38,7 @@ def test_weights_scale_advantages_without_flipping_signs_and_clip():
         _traj("a", [0, 0]),  # no diagnosis: weight 1
     ]
     batch = StepBatch.from_trajectories(trajectories)
-    adv = compute_advantages(batch, load_config(None, ["algo.name=grpo", "wia.enabled=false"]).algo, wia=False)
+    adv = compute_advantages(batch, load_config(None, ["algo.name=grpo", "wia.enabled=false"]).algo).value
     hook = _hook(utility_ema=False)
     out = hook.adjust_advantages(batch, adv)
     w = np.array([2.0, 0.6, 0.95, 1.0])[batch.traj_ids]
@@ -55,7 +56,7 @@ def test_reweight_off_keeps_advantages_and_still_reports():
     adv = np.array([0.7, -0.7])
     hook = _hook(reweight=False, utility_ema=False)
     assert hook.adjust_advantages(batch, adv) is adv
-    metrics = hook.after_iteration(batch.trajectories, iteration=0, pool=None)
+    metrics = hook.after_iteration(batch.trajectories, iteration=0)
     assert metrics["weight_max"] == 2.0 and metrics["label_pass"] == 0.5
 
 
@@ -65,7 +66,7 @@ def test_closed_loop_updates_after_weighting_and_round_trips():
     batch = StepBatch.from_trajectories(failing)
     out = hook.adjust_advantages(batch, np.ones(len(batch)))
     np.testing.assert_allclose(out, 1.5)  # iteration 0 uses the static utilities
-    metrics = hook.after_iteration(failing, iteration=0, pool=None)
+    metrics = hook.after_iteration(failing, iteration=0)
     rho = metrics["rho_empty_turn_model_response"]
     assert 1.5 < rho <= 2.0  # prevalent, unrewarded tag gains utility
     clone = _hook()
@@ -78,20 +79,20 @@ def test_profile_push_reaches_process_workers():
     from roleagent.envs.workers import EnvPool
 
     with EnvPool("bfcl", {"interface": "evolved", "tool_format": "compact"}, slots=2, processes=True) as pool:
-        hook = SealHook(SEALConfig(enabled=True), pool)
+        hook = SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True))
         diag = {"turn_labels": ["state_mismatch"], "priority_labels": ["argument_mismatch"],
                 "dominant_type": "argument_mismatch"}
         trajectories = [_traj("a", [0], ["state_mismatch"]) for _ in range(10)]
         for t in trajectories:
             t.steps[-1].info["diagnosis"] = diag
-        hook.after_iteration(trajectories, iteration=0, pool=pool)
+        hook.after_iteration(trajectories, iteration=0)
         states = pool.call_all("profile_state")
         assert len(states) == 3 and all(s == hook.profile.state_dict() for s in states)
         task = next(t for t in pool.meta.tasks("train"))
         replies = pool.reset([(0, task, 0)])
         assert "# Guidelines" in replies[0].info["instruction"]  # the worker shows the guideline
         # a restored hook pushes its profile at once
-        fresh = SealHook(SEALConfig(enabled=True), pool)
+        fresh = SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True))
         pool.call_all("set_profile", fresh.profile.state_dict())
         fresh.load_state_dict(hook.state_dict())
         assert all(s == hook.profile.state_dict() for s in pool.call_all("profile_state"))
@@ -152,18 +153,18 @@ def test_tiny_end_to_end_run_logs_seal_metrics_and_resumes(tmp_path):
     assert any(k.startswith("seal/label_") for k in train[0])
     dumped = [json.loads(line) for line in (run / "rollouts" / "iter_000000.jsonl").read_text().splitlines()]
     assert all(d["split"] == "train" for d in dumped)
-    state = first.hooks[0].state_dict()
+    state = first.method("seal").state_dict()
     assert len(state["profile"]["items"]) == 2
 
     resumed = Trainer(load_config(None, TINY_BFCL + [f"run_dir={run}", "iterations=2"]), quiet=True)
     try:
         assert resumed.start_iteration == 1
-        assert resumed.hooks[0].state_dict() == state
+        assert resumed.method("seal").state_dict() == state
         assert resumed.pool.meta.profile_state() == state["profile"]  # pushed on load
         resumed.run()
     finally:
         resumed.close()
-    assert len(resumed.hooks[0].state_dict()["profile"]["items"]) == 4
+    assert len(resumed.method("seal").state_dict()["profile"]["items"]) == 4
 
 
 def test_cpu_sizing_kwargs_compact_schemas_and_subsets():
@@ -232,7 +233,7 @@ def test_utility_ema_switch_changes_the_next_batch_weights(ema):
     hook = _hook(utility_ema=ema, interface_updates=False)
     batch = StepBatch.from_trajectories(_failing_batch())
     np.testing.assert_allclose(hook.adjust_advantages(batch, np.ones(len(batch))), 1.0)
-    metrics = hook.after_iteration(batch.trajectories, iteration=0, pool=None)
+    metrics = hook.after_iteration(batch.trajectories, iteration=0)
     after = hook.adjust_advantages(batch, np.ones(len(batch)))
     # count 40 >= 32, prevalence 1, reward 0: target 2.0, one EMA step 0.75*1 + 0.25*2
     np.testing.assert_allclose(after, 1.25 if ema else 1.0)
@@ -246,8 +247,8 @@ def test_interface_updates_switch_decides_whether_guidelines_appear(updates):
     kwargs = {"interface": "evolved", "tool_format": "compact", "classes": ["TradingBot"],
               "train_per_category": 1, "eval_per_category": 1, "categories": ["base"]}
     with EnvPool("bfcl", kwargs, slots=1, processes=False) as pool:
-        hook = SealHook(SEALConfig(enabled=True, interface_updates=updates), pool)
-        metrics = hook.after_iteration(_failing_batch(10), iteration=0, pool=pool)
+        hook = SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True, interface_updates=updates))
+        metrics = hook.after_iteration(_failing_batch(10), iteration=0)
         task = pool.meta.tasks("train")[0]
         instruction = pool.reset([(0, task, 0)])[0].info["instruction"]
         assert ("# Guidelines" in instruction) is updates

@@ -10,8 +10,8 @@ import torch
 
 from roleagent.config import AlgoConfig, OptimConfig
 from roleagent.trainer import Trainer
-from roleagent.trainer.checkpoint import read_checkpoint
 from roleagent.trainer.advantages import StepBatch, compute_advantages
+from roleagent.trainer.checkpoint import read_checkpoint
 from roleagent.trainer.update import TrainSample, Updater, micro_batches
 from roleagent.types import Step, Task, Trajectory
 from tests.run_helpers import AIW, config, metrics, run, trainable
@@ -60,19 +60,19 @@ def test_step_batch_skips_crashed_and_matches_grpo():
     trajectories = [_traj("a", [0, 1]), _traj("a", [0, 0]), _traj("a", [1], crashed=True)]
     batch = StepBatch.from_trajectories(trajectories)
     assert len(batch) == 4 and list(batch.traj_ids) == [0, 0, 1, 1]
-    adv = compute_advantages(batch, AlgoConfig(name="grpo"), wia=False)
+    adv = compute_advantages(batch, AlgoConfig(name="grpo")).value
     # Two trajectories with scores 1 and 0: mean 0.5, unbiased std 0.7071.
     np.testing.assert_allclose(adv, [0.7071, 0.7071, -0.7071, -0.7071], atol=1e-4)
 
 
 def test_role_agent_without_wia_uses_task_return_only():
     trajectories = [_traj("a", [0, 1], states=["x", "y"]), _traj("a", [0, 0], states=["x", "z"])]
-    batch = StepBatch.from_trajectories(trajectories, horizon=1)
+    batch = StepBatch.from_trajectories(trajectories)
+    without = compute_advantages(batch, AlgoConfig(name="role_agent", gamma=1.0)).value  # no WIA records
     for t in batch.trajectories:
         for s in t.steps:
-            s.prediction_scores = [1.0]  # would double R_t if WIA were on
-    with_wia = compute_advantages(batch, AlgoConfig(name="role_agent", gamma=1.0), wia=True)
-    without = compute_advantages(batch, AlgoConfig(name="role_agent", gamma=1.0), wia=False)
+            s.extras["wia"] = {"predictions": ["p"], "scores": [1.0]}  # doubles R_t
+    with_wia = compute_advantages(batch, AlgoConfig(name="role_agent", gamma=1.0)).value
     # Same sign pattern, different magnitude only through R_t in the shared state "x".
     assert np.sign(with_wia[0]) == np.sign(without[0]) == 1
     np.testing.assert_allclose(with_wia[[1, 3]], without[[1, 3]])  # singleton states: A^S = 0
@@ -127,11 +127,11 @@ def test_agent_in_world_run_writes_memory_and_restores_sampler(tmp_path):
     train = _train_records(tmp_path / "aiw")
     assert all("aiw/sampler_entropy" in r and "aiw/retrieved_share" in r for r in train)
     assert sum(r["aiw/n_failures"] for r in train) > 0
-    saved = read_checkpoint(tmp_path / "aiw" / "checkpoints" / "iter_000001", lora=True).state["aiw"]
+    saved = read_checkpoint(tmp_path / "aiw" / "checkpoints" / "iter_000001", lora=True).state["methods"]["aiw"]
     resumed = Trainer(config(tmp_path / "aiw", 2, extra), quiet=True)
     try:
         assert resumed.finished
-        assert resumed.aiw.state_dict() == saved
-        assert saved["sampler"] == first.aiw.sampler.state_dict()
+        assert resumed.method("aiw").state_dict() == saved
+        assert saved["sampler"] == first.method("aiw").aiw.sampler.state_dict()
     finally:
         resumed.close()

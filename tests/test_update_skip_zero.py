@@ -13,7 +13,7 @@ import torch
 
 from roleagent.config import OptimConfig
 from roleagent.trainer.advantages import StepBatch
-from roleagent.trainer.loop import training_samples
+from roleagent.trainer.stages import training_samples
 from roleagent.trainer.update import Updater, token_logprobs, _collate
 from roleagent.types import Step, Task, Trajectory
 
@@ -39,7 +39,7 @@ def _batch(policy, advantages_per_traj):
         trajectories.append(Trajectory(task=Task("t", "scripted"), steps=steps))
     batch = StepBatch.from_trajectories(trajectories)
     advantages = np.repeat(np.asarray(advantages_per_traj, dtype=np.float64), 2)
-    samples = training_samples(batch, advantages, train_predictions=False)
+    samples = training_samples(batch, advantages)
     for s in samples:  # old log-probs = current ones, so every ratio is 1 and nothing is clipped
         *tensors, keep = _collate([s], tok.pad_token_id, torch.device("cpu"))
         input_ids, attention, positions, targets, _, _, _ = tensors

@@ -10,7 +10,7 @@ or interleaved; they return one float64 advantage per step sample, shape (n,).
 """
 
 from .episode import gigpo_episode_advantages, grpo_advantages, rloo_advantages
-from .gigpo import gigpo_advantages, state_advantages
+from .gigpo import gigpo_advantage_parts, gigpo_advantages, state_advantages
 from .loss import approx_kl_k3, masked_mean, policy_loss, token_entropy_from_logits
 from .returns import (
     PLACEMENTS,
@@ -21,7 +21,13 @@ from .returns import (
     split_penalties,
 )
 from .similarity import MAX_LMS_TOKENS, build_state_groups, lms_score, lms_tokens
-from .wia import prediction_horizon, prediction_score_matrix, role_agent_advantages, wia_returns
+from .wia import (
+    prediction_horizon,
+    prediction_score_matrix,
+    role_agent_advantage_parts,
+    role_agent_advantages,
+    wia_returns,
+)
 
 __all__ = [
     "MAX_LMS_TOKENS",
@@ -31,6 +37,7 @@ __all__ = [
     "build_state_groups",
     "discounted_returns",
     "episode_scores",
+    "gigpo_advantage_parts",
     "gigpo_advantages",
     "gigpo_episode_advantages",
     "grpo_advantages",
@@ -43,6 +50,7 @@ __all__ = [
     "prediction_score_matrix",
     "rloo_advantages",
     "split_penalties",
+    "role_agent_advantage_parts",
     "role_agent_advantages",
     "state_advantages",
     "token_entropy_from_logits",

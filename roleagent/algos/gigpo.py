@@ -102,6 +102,28 @@ def gigpo_advantages(
     Step returns: a → [0.5, 1.0], b → [0.0]. Anchor s0 = {a0: 0.5, b0: 0.0}, mean 0.25 →
     [0.25, -, -0.25]; anchor s1 is a singleton → 0. A = [0.5833, 0.3333, -0.9167].
     """
+    a_episode, a_step, _ = gigpo_advantage_parts(
+        group_ids, traj_ids, step_rewards, states, penalties=penalties, penalty_placement=penalty_placement,
+        gamma=gamma, mode=mode, similarity_threshold=similarity_threshold, eps=eps)
+    return a_episode + step_weight * a_step
+
+
+def gigpo_advantage_parts(
+    group_ids: Ids,
+    traj_ids: Ids,
+    step_rewards: Sequence[float] | np.ndarray,
+    states: Sequence[Hashable] | np.ndarray,
+    *,
+    penalties: Sequence[float] | np.ndarray | None = None,
+    penalty_placement: str = "step",
+    gamma: float = 0.95,
+    mode: str = "mean_std_norm",
+    similarity_threshold: float | None = None,
+    eps: float = 1e-6,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A^E, A^S, anchor group id)`` per step sample, the parts of ``gigpo_advantages``
+    (same arguments; its worked example: A^E = [1/3, 1/3, -2/3], A^S = [0.25, 0, -0.25],
+    anchors [0, 1, 0])."""
     a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, penalties=penalties,
                                          penalty_placement=penalty_placement, mode=mode, eps=eps)
     returns, _ = penalised_step_values(traj_ids, step_rewards, penalties, gamma=gamma,
@@ -109,5 +131,4 @@ def gigpo_advantages(
     anchors = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
     if anchors.shape != returns.shape:
         raise ValueError(f"states has shape {anchors.shape}, expected {returns.shape}")
-    a_step = state_advantages(returns, anchors, mode=mode, eps=eps)
-    return a_episode + step_weight * a_step
+    return a_episode, state_advantages(returns, anchors, mode=mode, eps=eps), anchors

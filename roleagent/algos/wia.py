@@ -54,6 +54,7 @@ __all__ = [
     "prediction_horizon",
     "prediction_score_matrix",
     "wia_returns",
+    "role_agent_advantage_parts",
     "role_agent_advantages",
 ]
 
@@ -184,6 +185,30 @@ def role_agent_advantages(
     R_t: a → [0.5·2, 1·1.5] = [1.0, 1.5], b → [0]. A^S: s0 = {1.0, 0.0} → [0.5, 0, -0.5].
     A^E: scores [1, 1, 0] − 2/3. A = [0.8333, 0.3333, -1.1667].
     """
+    a_state, a_episode, _ = role_agent_advantage_parts(
+        group_ids, traj_ids, step_rewards, states, prediction_scores, penalties=penalties,
+        penalty_placement=penalty_placement, gamma=gamma, mode=mode,
+        similarity_threshold=similarity_threshold, eps=eps)
+    return a_state + alpha * a_episode
+
+
+def role_agent_advantage_parts(
+    group_ids: Ids,
+    traj_ids: Ids,
+    step_rewards: Sequence[float] | np.ndarray,
+    states: Sequence[Hashable] | np.ndarray,
+    prediction_scores: Sequence[Sequence[float]] | np.ndarray,
+    *,
+    penalties: Sequence[float] | np.ndarray | None = None,
+    penalty_placement: str = "step",
+    gamma: float = 0.95,
+    mode: str = "mean_std_norm",
+    similarity_threshold: float | None = None,
+    eps: float = 1e-6,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A^S, A^E, state group id)`` per step sample, the parts of
+    ``role_agent_advantages`` (same arguments; its example: A^S = [0.5, 0, -0.5],
+    A^E = [1/3, 1/3, -2/3], groups [0, 1, 0])."""
     placed = dict(penalties=penalties, penalty_placement=penalty_placement)
     r = wia_returns(traj_ids, step_rewards, prediction_scores, gamma=gamma, **placed)
     groups = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
@@ -191,4 +216,4 @@ def role_agent_advantages(
         raise ValueError(f"states has shape {groups.shape}, expected {r.shape}")
     a_state = state_advantages(r, groups, mode=mode, eps=eps)
     a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, mode=mode, eps=eps, **placed)
-    return a_state + alpha * a_episode
+    return a_state, a_episode, groups

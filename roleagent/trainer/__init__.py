@@ -1,4 +1,5 @@
-"""Training: the loop (``loop``), the update (``update``), advantages, checkpoints, metrics."""
+"""Training: the loop (``loop``), its stages (``stages``), the update (``update``), the
+advantage-estimator registry (``advantages``), checkpoints, metrics."""
 
 from roleagent.trainer.loop import Trainer
 

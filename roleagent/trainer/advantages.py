@@ -1,18 +1,36 @@
-"""Flatten groups of trajectories into step arrays and call the pure advantage functions.
+"""Flatten trajectories into step arrays and call an advantage estimator by name.
 
 This is the only bridge between the data model (``roleagent.types``) and the algorithm
-layer (``roleagent.algos``), which sees nothing but arrays.
+layer (``roleagent.algos``), which sees nothing but arrays. ``algo.name`` picks the
+estimator from :data:`ESTIMATORS` (a short name → ``"module:function"``), from the
+``roleagent.estimators`` entry-point group, or as an explicit ``"module:function"``.
+
+An estimator is ``fn(batch: StepBatch, cfg: AlgoConfig) -> Advantages | np.ndarray``:
+one advantage per step sample of ``batch`` (shape (n,)), plus, where the method has
+them, its named parts (``episode``, ``step``) and the state-group id of each sample; the
+trainer writes all of them into the rollout dumps (``step.extras["algo"]``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from roleagent import algos
 from roleagent.config import AlgoConfig
+from roleagent.fields import ConfigError
+from roleagent.plugins import PluginError, load_object, resolve
 from roleagent.types import Trajectory
+
+#: Built-in estimators. Role-Agent's lives with the method that defines it.
+ESTIMATORS: dict[str, str] = {
+    "grpo": "roleagent.trainer.advantages:grpo",
+    "rloo": "roleagent.trainer.advantages:rloo",
+    "gigpo": "roleagent.trainer.advantages:gigpo",
+    "role_agent": "roleagent.methods.role_agent.wia:role_agent_estimator",
+}
 
 
 @dataclass
@@ -25,12 +43,11 @@ class StepBatch:
     rewards: np.ndarray  # (n,) raw environment rewards (no invalid-action penalty)
     penalties: np.ndarray  # (n,) invalid-action penalty of each step (0 when valid)
     states: list  # (n,) state keys
-    prediction_scores: np.ndarray | None  # (n, H) or None without WIA
 
     @classmethod
-    def from_trajectories(cls, trajectories: list[Trajectory], *, horizon: int = 0) -> "StepBatch":
+    def from_trajectories(cls, trajectories: list[Trajectory]) -> "StepBatch":
         kept = [t for t in trajectories if not t.crashed and t.steps]
-        group_ids, traj_ids, rewards, penalties, states, scores = [], [], [], [], [], []
+        group_ids, traj_ids, rewards, penalties, states = [], [], [], [], []
         for index, trajectory in enumerate(kept):
             for step in trajectory.steps:
                 group_ids.append(trajectory.task.id)
@@ -38,9 +55,6 @@ class StepBatch:
                 rewards.append(step.env_reward)
                 penalties.append(step.penalty)
                 states.append(step.state_key)
-                if horizon:
-                    row = list(step.prediction_scores) or [np.nan] * horizon
-                    scores.append(row + [np.nan] * (horizon - len(row)))
         return cls(
             trajectories=kept,
             group_ids=np.asarray(group_ids, dtype=object),
@@ -48,35 +62,88 @@ class StepBatch:
             rewards=np.asarray(rewards, dtype=np.float64),
             penalties=np.asarray(penalties, dtype=np.float64),
             states=states,
-            prediction_scores=np.asarray(scores, dtype=np.float64).reshape(len(rewards), horizon) if horizon else None,
         )
+
+    @property
+    def steps(self) -> list:
+        """The step objects, in sample order."""
+        return [s for t in self.trajectories for s in t.steps]
 
     def __len__(self) -> int:
         return len(self.rewards)
 
 
-def compute_advantages(batch: StepBatch, cfg: AlgoConfig, *, wia: bool) -> np.ndarray:
-    """One advantage per step sample for the configured algorithm. Shape (n,)."""
+@dataclass
+class Advantages:
+    """An estimator's answer: ``value`` (n,) is trained on; ``parts`` (name → (n,)) and
+    ``state_group`` (n,) are what it was made of, for the rollout dumps."""
+
+    value: np.ndarray
+    parts: dict[str, np.ndarray] = field(default_factory=dict)
+    state_group: np.ndarray | None = None
+
+
+Estimator = Callable[[StepBatch, AlgoConfig], "Advantages | np.ndarray"]
+
+
+def estimator(name: str) -> Estimator:
+    """The estimator registered as ``name`` (short name, entry point or ``module:function``)."""
+    return load_object(resolve("estimators", name, ESTIMATORS))
+
+
+def check_estimator(name: str) -> None:
+    """``algo.name`` names a callable estimator (imported, not run)."""
+    try:
+        fn = estimator(name)
+    except PluginError as error:
+        raise ConfigError(f"algo.name: {error}") from None
+    if not callable(fn):
+        raise ConfigError(f"algo.name={name!r}: {fn!r} is not callable")
+
+
+def compute_advantages(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
+    """One advantage per step sample for ``cfg.name``. Shape (n,)."""
     if len(batch) == 0:
-        return np.zeros(0)
-    placed = dict(penalties=batch.penalties, penalty_placement=cfg.penalty_placement)
-    common = dict(mode=cfg.norm, **placed)
-    if cfg.name == "grpo":
-        return algos.grpo_advantages(batch.group_ids, batch.traj_ids, batch.rewards, **common)
-    if cfg.name == "rloo":
-        return algos.rloo_advantages(batch.group_ids, batch.traj_ids, batch.rewards, **placed)
-    if cfg.name == "gigpo":
-        return algos.gigpo_advantages(
-            batch.group_ids, batch.traj_ids, batch.rewards, batch.states, gamma=cfg.gamma,
-            step_weight=cfg.step_weight, similarity_threshold=cfg.similarity_threshold, **common,
-        )
-    # Role-Agent. Without World-In-Agent (the "w/o predictive reward" ablation) all
-    # prediction scores are 0, so R_t = R_task and A = A^S(R_task) + alpha * A^E.
-    scores = batch.prediction_scores if wia else np.zeros((len(batch), 1))
-    return algos.role_agent_advantages(
-        batch.group_ids, batch.traj_ids, batch.rewards, batch.states, scores,
-        gamma=cfg.gamma, alpha=cfg.alpha, similarity_threshold=cfg.similarity_threshold, **common,
-    )
+        return Advantages(np.zeros(0))
+    out = estimator(cfg.name)(batch, cfg)
+    out = out if isinstance(out, Advantages) else Advantages(np.asarray(out, dtype=np.float64))
+    if out.value.shape != (len(batch),):
+        raise ValueError(f"estimator {cfg.name!r} returned shape {out.value.shape}, expected ({len(batch)},)")
+    return out
+
+
+def _placed(batch: StepBatch, cfg: AlgoConfig) -> dict:
+    return dict(penalties=batch.penalties, penalty_placement=cfg.penalty_placement)
+
+
+def grpo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
+    """GRPO: the trajectory score normalised within its group (Shao et al., 2024, arXiv 2402.03300)."""
+    a = algos.grpo_advantages(batch.group_ids, batch.traj_ids, batch.rewards, mode=cfg.norm, **_placed(batch, cfg))
+    return Advantages(a, {"episode": a})
+
+
+def rloo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
+    """RLOO: the trajectory score minus the leave-one-out mean of its group (Ahmadian et al., 2024)."""
+    a = algos.rloo_advantages(batch.group_ids, batch.traj_ids, batch.rewards, **_placed(batch, cfg))
+    return Advantages(a, {"episode": a})
+
+
+def gigpo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
+    """GiGPO (Feng et al., 2025, arXiv 2505.10978): ``A = A^E + step_weight · A^S``."""
+    a_episode, a_step, groups = algos.gigpo_advantage_parts(
+        batch.group_ids, batch.traj_ids, batch.rewards, batch.states, gamma=cfg.gamma,
+        similarity_threshold=cfg.similarity_threshold, mode=cfg.norm, **_placed(batch, cfg))
+    return Advantages(a_episode + cfg.step_weight * a_step, {"episode": a_episode, "step": a_step}, groups)
+
+
+def write_records(batch: StepBatch, advantages: Advantages) -> None:
+    """``step.extras["algo"]``: the advantage, its parts and the state group of each step."""
+    for i, step in enumerate(batch.steps):
+        record = {"advantage": float(advantages.value[i])}
+        record.update({name: float(part[i]) for name, part in advantages.parts.items()})
+        if advantages.state_group is not None:
+            record["state_group"] = int(advantages.state_group[i])
+        step.extras["algo"] = record
 
 
 def zero_variance_fraction(batch: StepBatch) -> float:

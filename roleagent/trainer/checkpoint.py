@@ -5,9 +5,9 @@ Layout (``run_dir/checkpoints/iter_000003/``)::
     adapter/ or model.safetensors   trainable weights (LoRA adapters, or the full model)
     optimizer.pt                    AdamW state
     state.pt                        iteration, Python/numpy/torch/engine RNG states,
-                                    extra component states (AIW sampler, hooks), and the
-                                    record of the run's files at that point (metrics.jsonl
-                                    length and digest, failure-memory row counts)
+                                    each method's state (``methods``: name -> state, e.g.
+                                    the AIW sampler and its failure-memory record), and
+                                    the record of metrics.jsonl (length and digest)
     manifest.json                   size and SHA-256 of every file above (written last)
     finished.json                   only after the run's final evaluation: the run is done
 
@@ -22,8 +22,9 @@ reported by name and the previous checkpoint is tried. Nothing is unpickled with
 ``state.pt`` and ``optimizer.pt`` load with ``torch.load(weights_only=True)``, so every
 state stored here is plain data (dicts, lists, tuples, numbers, strings, tensors).
 
-Checkpoints written before manifests and weights-only state existed are rejected with a
-message saying so (they cannot be validated).
+Checkpoints written before manifests and weights-only state existed (format 1), or before
+methods became plug-ins (format 2: ``aiw`` and ``hooks`` states instead of ``methods``),
+are rejected with a message saying so.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from roleagent.models.loading import Policy
 
 MANIFEST = "manifest.json"
 FINISHED = "finished.json"
-FORMAT = 2
+FORMAT = 3
 
 
 class CheckpointError(RuntimeError):

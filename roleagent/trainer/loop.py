@@ -1,20 +1,26 @@
-"""The training loop: sample tasks → rollouts → advantages → update → evaluate → checkpoint.
+"""The training loop: one iteration = tasks → collect → score → advantages → update → hooks.
 
 One iteration (Role-Agent Algorithm 1; GRPO / RLOO / GiGPO are the same loop with another
-advantage function)::
+advantage estimator)::
 
-    tasks   = sampler.sample(N)                       # uniform, or Agent-In-World weights
-    groups  = rollout(tasks × G, same env seed per task)   # + WIA predictions
-    A       = advantages(groups)                      # roleagent.algos, pure numpy
-    update(policy, samples(groups, A))                # PPO-clip, token-mean, grad accumulation
-    AIW: analyse failures → memory → retrieve → reweight tasks
+    tasks   = task_source.sample(N, rng)                  # uniform, or a method's
+    trajs   = collector.collect(tasks × G, same env seed per task)   # + rollout extensions
+    scorer.score(trajs)                                   # environment reward by default
+    A       = estimator(algo.name)(StepBatch(trajs))      # roleagent.trainer.advantages
+    A       = method.adjust_advantages(batch, A)          # for each enabled method
+    objective.update(objective.samples(batch, A))         # PPO-clip by default
+    metrics = method.after_iteration(trajs, iteration)    # for each enabled method
+    dump(trajs)                                           # with advantages and method records
+
+The stages are in ``roleagent.trainer.stages``, the methods in ``roleagent.methods``; this
+file knows no method by name (``docs/architecture.md``).
 
 Everything random draws from generators stored in the checkpoint, so a resumed run
 continues exactly where an uninterrupted one would be. The run directory's files are
-written exactly once: the checkpoint records how far ``metrics.jsonl`` and the failure
-memory had got, a resumed run cuts both back to that record (a run with no checkpoint
-yet starts them empty), and a run whose final evaluation is done is not run again. One
-trainer at a time holds ``run_dir/.lock``.
+written exactly once: the checkpoint records how far ``metrics.jsonl`` (and each method's
+own files, in its state) had got, a resumed run cuts them back to that record (a run with
+no checkpoint yet starts them empty), and a run whose final evaluation is done is not run
+again. One trainer at a time holds ``run_dir/.lock``.
 """
 
 from __future__ import annotations
@@ -31,14 +37,14 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from roleagent.algos import prediction_horizon
-from roleagent.config import TrainConfig, aiw_config, to_dict
-from roleagent.engine.hf import HFEngine, SamplingParams
+from roleagent.config import ConfigError, TrainConfig, to_dict
+from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import EnvPool
 from roleagent.evaluation import crashed_count, format_table, panel, replay_crashed, success_by_type
+from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import load_policy
 from roleagent.rollout import RolloutSettings, run_episodes
-from roleagent.trainer.advantages import StepBatch, compute_advantages, zero_variance_fraction
+from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records, zero_variance_fraction
 from roleagent.trainer.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
@@ -49,9 +55,8 @@ from roleagent.trainer.checkpoint import (
     mark_finished,
     save_checkpoint,
 )
-from roleagent.trainer.hooks import TrainerHook
 from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
-from roleagent.trainer.update import TrainSample, Updater
+from roleagent.trainer.stages import EnvironmentReward, PPOObjective, RolloutCollector, UniformTaskSource
 from roleagent.types import Task, Trajectory
 
 
@@ -60,20 +65,6 @@ class EvalResult:
     label: str
     trajectories: list[Trajectory]
     table: dict[str, float] = field(default_factory=dict)
-
-
-def training_samples(batch: StepBatch, advantages: np.ndarray, *, train_predictions: bool) -> list[TrainSample]:
-    """One sample per generated turn (and per prediction when those are trained); zero
-    advantages included: the Updater skips them but keeps their tokens in the denominator."""
-    samples = []
-    steps = [s for t in batch.trajectories for s in t.steps]
-    for step, advantage in zip(steps, advantages):
-        if step.action_ids:
-            samples.append(TrainSample(step.prompt_ids, step.action_ids, step.action_logprobs, float(advantage)))
-        if train_predictions and step.prediction_ids:
-            samples.append(TrainSample(step.prediction_prompt_ids, step.prediction_ids,
-                                       step.prediction_logprobs, float(advantage)))
-    return samples
 
 
 class Trainer:
@@ -97,40 +88,29 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 
-        m = cfg.model
+        m, r = cfg.model, cfg.rollout
         self.policy = load_policy(m.name, device=m.device, dtype=m.dtype, lora_rank=m.lora_rank,
                                   lora_alpha=m.lora_alpha, seed=cfg.seed)
         if m.gradient_checkpointing:
             self.policy.model.gradient_checkpointing_enable()
-        r = cfg.rollout
-        self.engine = HFEngine(self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens)
+        self.engine = create_engine(m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens)
         self.engine.seed(cfg.seed)
         self.pool = EnvPool(cfg.env.name, cfg.env.kwargs, slots=r.tasks_per_iter * r.group_size,
                             processes=cfg.env.processes, timeout=cfg.env.timeout)
         env = self.pool.meta
         self.train_tasks = env.tasks(cfg.env.train_split)
         self.eval_tasks = panel(env.tasks(cfg.env.eval_split), cfg.eval.max_tasks)
-        self.tasks_by_id = {t.id: t for t in self.train_tasks}
         if len(self.train_tasks) < r.tasks_per_iter:
             raise ValueError(f"{len(self.train_tasks)} training tasks < rollout.tasks_per_iter={r.tasks_per_iter}")
         self.max_steps = r.max_steps or env.max_steps
-        wia_on = cfg.algo.name == "role_agent" and cfg.wia.enabled
-        self.horizon = (cfg.wia.horizon or prediction_horizon(self.max_steps, cfg.wia.horizon_fraction)) if wia_on else 0
         self.settings = RolloutSettings(
             max_steps=self.max_steps, action_format=r.action_format, history=r.history,
             max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-            invalid_penalty=r.invalid_penalty, project_actions=r.project_actions, wia_horizon=self.horizon,
-            wia_max_new_tokens=cfg.wia.max_new_tokens,
+            invalid_penalty=r.invalid_penalty, project_actions=r.project_actions,
         )
-        self.updater = Updater(self.policy, cfg.optim, temperature=r.temperature)
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
-        self.aiw = self._make_aiw() if cfg.aiw.enabled else None
-        self.hooks: list[TrainerHook] = []  # e.g. SEAL; see roleagent.trainer.hooks
-        if cfg.seal.enabled:  # SEAL (seed 002): diagnosis-weighted advantages + evolved interface
-            from roleagent.trainer.seal import SealHook
-
-            self.hooks.append(SealHook(cfg.seal, self.pool))
+        self._build_stages(cfg)
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
@@ -143,25 +123,39 @@ class Trainer:
 
     # ------------------------------------------------------------ components ---------
 
-    def _make_aiw(self):
-        from roleagent.aiw import AgentInWorld
+    def _build_stages(self, cfg: TrainConfig) -> None:
+        """The enabled methods, then each stage: a method's replacement or the default."""
+        context = MethodContext(cfg=cfg, run_dir=self.run_dir, pool=self.pool, engine=self.engine, chat=self.chat,
+                                train_tasks=self.train_tasks, settings=self.settings)
+        self.methods = build_methods(cfg, context)
+        self.task_source = self._stage("task_source", lambda: UniformTaskSource(self.train_tasks))
+        extensions = [x for m in self.methods if (x := m.rollout_extension()) is not None]
+        self.collector = self._stage("collector",
+                                     lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions))
+        self.scorer = self._stage("scorer", EnvironmentReward)
+        self.objective = self._stage(
+            "objective", lambda: PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature))
 
-        return AgentInWorld(aiw_config(self.cfg), [t.id for t in self.train_tasks],
-                            self.run_dir, self.pool.meta.failure_taxonomy)
+    def _stage(self, kind: str, default):
+        """The one method's replacement for stage ``kind`` (``Method.<kind>()``), else ``default()``."""
+        offered = [(m.name, stage) for m in self.methods if (stage := getattr(m, kind)()) is not None]
+        if len(offered) > 1:
+            raise ConfigError(f"methods {', '.join(n for n, _ in offered)} all replace the {kind} stage")
+        return offered[0][1] if offered else default()
+
+    def method(self, name: str):
+        """The enabled method called ``name`` (KeyError if none)."""
+        for method in self.methods:
+            if method.name == name:
+                return method
+        raise KeyError(f"no enabled method {name!r}")
 
     def chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 256,
              temperature: float = 0.0) -> list[str]:
-        """Batched chat completion with the policy (the analyst and retriever roles)."""
+        """Batched chat completion with the policy (e.g. Agent-In-World's analyst and retriever)."""
         prompts = [self.engine.encode_chat(c) for c in conversations]
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
         return [g.text for g in self.engine.generate(prompts, params)]
-
-    def sample_tasks(self) -> list[Task]:
-        n = self.cfg.rollout.tasks_per_iter
-        if self.aiw is not None:
-            return [self.tasks_by_id[i] for i in self.aiw.sample_tasks(n, self.rng)]
-        picks = self.rng.choice(len(self.train_tasks), size=n, replace=False)
-        return [self.train_tasks[i] for i in picks]
 
     # ------------------------------------------------------------------ loop ---------
 
@@ -192,8 +186,9 @@ class Trainer:
         return self.evals
 
     def _prepare_files(self) -> None:
-        """Cut metrics and memory back to the restored checkpoint's record, or, for a run
-        starting at iteration 0, start them empty (refusing when they show that
+        """Cut metrics (and, in ``Method.load_state_dict``, each method's files) back to
+        the restored checkpoint's record, or, for a run starting at iteration 0, start
+        them empty (refusing when they show that
         checkpoints existed and are gone)."""
         if self.start_iteration > 0:
             dropped = self.metrics.rewind(self._metrics_position)
@@ -211,80 +206,74 @@ class Trainer:
                     f"{self.run_dir / 'checkpoints'} holds none: refusing to restart from iteration 0 "
                     "over this run (restore the checkpoints, or start over with --no-resume)")
         self.metrics.reset()
-        if self.aiw is not None:
-            self.aiw.reset()
+        for method in self.methods:
+            method.start_fresh()
 
     def train_iteration(self, iteration: int) -> dict:
         cfg, started = self.cfg, time.perf_counter()
 
-        # Sample tasks; the G rollouts of a task share one environment seed.
-        tasks = self.sample_tasks()
+        # Tasks; the G rollouts of a task share one environment seed.
+        tasks = self.task_source.sample(cfg.rollout.tasks_per_iter, self.rng)
         seeds = self.rng.integers(0, 2**31 - 1, size=len(tasks))
         jobs = [(task, int(seed)) for task, seed in zip(tasks, seeds) for _ in range(cfg.rollout.group_size)]
 
-        # Rollouts --------------------------------------------------------------------
+        # Collect and score ---------------------------------------------------------------
         t0 = time.perf_counter()
         with self._progress(f"iter {iteration} rollout", self.max_steps) as bar:
-            trajectories, stats = run_episodes(engine=self.engine, pool=self.pool, jobs=jobs,
-                                               settings=self.settings, progress=bar)
+            trajectories, stats = self.collector.collect(jobs, progress=bar)
         rollout_s = time.perf_counter() - t0
-        self._dump(f"iter_{iteration:06d}", trajectories)
+        score_metrics = self.scorer.score(trajectories)
 
-        # Advantages (pure functions over flattened steps) ----------------------------
+        # Advantages (pure functions over flattened steps), then the methods' adjustments -
         t0 = time.perf_counter()
-        batch = StepBatch.from_trajectories(trajectories, horizon=self.horizon)
-        advantages = compute_advantages(batch, cfg.algo, wia=self.horizon > 0)
-        for hook in self.hooks:
-            advantages = hook.adjust_advantages(batch, advantages)
-        samples = training_samples(batch, advantages, train_predictions=cfg.wia.train_predictions)
+        batch = StepBatch.from_trajectories(trajectories)
+        estimate = compute_advantages(batch, cfg.algo)
+        advantages = estimate.value
+        for method in self.methods:
+            advantages = method.adjust_advantages(batch, advantages)
+        estimate.value = advantages
+        write_records(batch, estimate)
+        samples = self.objective.samples(batch, advantages, self.methods)
         advantage_s = time.perf_counter() - t0
 
-        # Policy update ---------------------------------------------------------------
+        # Policy update ---------------------------------------------------------------------
         t0 = time.perf_counter()
-        update = self.updater.update(samples, self.shuffle_rng)
+        update = self.objective.update(samples, self.shuffle_rng)
         update_s = time.perf_counter() - t0
 
-        # Agent-In-World: failures → memory → retrieval → task weights ------------------
-        aiw_metrics, aiw_s = {}, 0.0
-        if self.aiw is not None:
+        # The methods' hooks after the update ------------------------------------------------
+        method_metrics, method_times = {}, {}
+        for method in self.methods:
             t0 = time.perf_counter()
-            aiw_cfg = self.aiw.config
-            aiw_metrics = self.aiw.process_failures(
-                trajectories, iteration=iteration, diagnose=self.pool.diagnose,
-                generate=lambda c: self.chat(c, max_new_tokens=aiw_cfg.analysis_max_new_tokens,
-                                             temperature=aiw_cfg.reflection_temperature),
-                retrieval_generate=lambda c: self.chat(c, max_new_tokens=aiw_cfg.retrieval_max_new_tokens))
-            aiw_metrics = {f"aiw/{k}": v for k, v in aiw_metrics.items()}
-            aiw_s = time.perf_counter() - t0
-        hook_metrics = {}
-        for hook in self.hooks:
-            metrics = hook.after_iteration(trajectories, iteration=iteration, pool=self.pool)
-            hook_metrics.update({f"{hook.name}/{k}": v for k, v in metrics.items()})
+            metrics = method.after_iteration(trajectories, iteration)
+            method_metrics.update({f"{method.name}/{k}": v for k, v in metrics.items()})
+            method_times[f"time/{method.name}_s"] = time.perf_counter() - t0
+        self._dump(f"iter_{iteration:06d}", trajectories)  # with what the algorithm computed
 
         return {
             "iteration": iteration,
             **rollout_metrics(trajectories, prefix="train/"),
+            **{f"score/{k}": v for k, v in score_metrics.items()},
             "train/zero_variance_groups": zero_variance_fraction(batch),
             "train/advantage_abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
             **{f"update/{k}": v for k, v in update.items()},
-            **aiw_metrics,
-            **hook_metrics,
+            **method_metrics,
             "env_restarts": self.pool.restarts,
             "time/rollout_s": rollout_s, "time/generate_s": stats.generate_s,
-            "time/predict_s": stats.predict_s, "time/env_s": stats.env_s,
-            "time/advantage_s": advantage_s, "time/update_s": update_s, "time/aiw_s": aiw_s,
+            "time/extension_s": stats.extension_s, "time/env_s": stats.env_s,
+            "time/advantage_s": advantage_s, "time/update_s": update_s, **method_times,
             "time/iteration_s": time.perf_counter() - started,
             "speed/rollout_tokens_per_s": (stats.generated_tokens + stats.prompt_tokens) / max(rollout_s, 1e-9),
-            "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.predict_s, 1e-9),
+            "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.extension_s, 1e-9),
             "speed/train_tokens_per_s": update.get("trained_tokens", 0) / max(update_s, 1e-9),
         }
 
     def evaluate(self, label: str) -> EvalResult:
-        """Greedy episodes on the fixed panel; crashed episodes are replayed up to
-        ``eval.crash_retries`` times, and those still crashed are reported apart
-        (``eval/crashed_episodes``), not as failures."""
+        """Greedy episodes on the fixed panel, without the methods' rollout extensions;
+        crashed episodes are replayed up to ``eval.crash_retries`` times, and those still
+        crashed are reported apart (``eval/crashed_episodes``), not as failures."""
         cfg = self.cfg
-        settings = RolloutSettings(**{**self.settings.__dict__, "temperature": cfg.eval.temperature, "wia_horizon": 0})
+        settings = RolloutSettings(**{**self.settings.__dict__, "temperature": cfg.eval.temperature})
         jobs = [(task, cfg.eval.seed) for task in self.eval_tasks]
         generator_state = self.engine.get_rng_state()  # evaluation must not shift training randomness
 
@@ -310,24 +299,21 @@ class Trainer:
             "rng_np": self.rng.bit_generator.state,
             "rng_shuffle": self.shuffle_rng.getstate(),
             "engine_generator": self.engine.get_rng_state(),
-            "aiw": self.aiw.state_dict() if self.aiw is not None else None,
-            "hooks": {hook.name: hook.state_dict() for hook in self.hooks},
+            "methods": {method.name: method.state_dict() for method in self.methods},
             "evals": [(e.label, e.table) for e in self.evals],
             "metrics": self.metrics.position(),
         }
-        return save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.updater.optimizer,
+        return save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer,
                                state=state)
 
     def _restore(self, loaded: LoadedCheckpoint) -> None:
         state = loaded.state
-        apply_checkpoint(loaded, policy=self.policy, optimizer=self.updater.optimizer)
+        apply_checkpoint(loaded, policy=self.policy, optimizer=self.objective.optimizer)
         self.rng.bit_generator.state = state["rng_np"]
         self.shuffle_rng.setstate(state["rng_shuffle"])
         self.engine.set_rng_state(state["engine_generator"])
-        if self.aiw is not None and state.get("aiw") is not None:
-            self.aiw.load_state_dict(state["aiw"])
-        for hook in self.hooks:
-            hook.load_state_dict(state.get("hooks", {}).get(hook.name, {}))
+        for method in self.methods:
+            method.load_state_dict(state["methods"].get(method.name, {}))
         self.evals = [EvalResult(label, [], table) for label, table in state.get("evals", [])]
         self.start_iteration = state["iteration"] + 1
         self.resumed_from = loaded.path
@@ -346,18 +332,15 @@ class Trainer:
         summary = {"run_dir": str(self.run_dir), "algo": self.cfg.algo.name, "evals": rows,
                    "eval_tasks": [t.id for t in self.eval_tasks]}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        if self.aiw is not None:  # Role-Agent Figure 4: failure modes over iterations
-            from roleagent.aiw.analysis import plot_failure_modes
-
-            plot_failure_modes(self.aiw.memory, self.run_dir / "failure_modes.png")
+        for method in self.methods:
+            method.write_summary(self.run_dir)
         if not self.quiet:
             print("\n" + table)
 
     def close(self) -> None:
         """Release everything, also after a failed ``__init__`` (whatever was built)."""
         try:
-            for name in ("pool", "metrics", "aiw"):
-                part = getattr(self, name, None)
+            for part in [*getattr(self, "methods", []), getattr(self, "pool", None), getattr(self, "metrics", None)]:
                 if part is not None:
                     part.close()
         finally:
@@ -379,7 +362,7 @@ class Trainer:
     def _log(self, record: dict) -> None:
         if self.quiet:
             return
-        keys = ["train/success", "train/return", "train/valid_action_ratio", "train/wia_score",
+        keys = ["train/success", "train/return", "train/valid_action_ratio",
                 "train/zero_variance_groups", "update/samples", "update/kl", "update/clip_frac",
                 "update/grad_norm", "time/iteration_s"]
         shown = " ".join(f"{k.split('/')[-1]}={record[k]:.3g}" for k in keys

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from roleagent.aiw.analysis import point_biserial
+from roleagent.methods.role_agent.aiw.analysis import point_biserial
 from roleagent.types import Trajectory
 
 
@@ -100,13 +100,12 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         f"{prefix}crashed": float(np.mean([t.crashed for t in trajectories])),
         f"{prefix}projected_action_ratio": float(np.mean(["projected_from" in s.info for s in steps])) if steps else 0.0,
     }
-    per_traj = [
-        np.nanmean(scores) for t in trajectories
-        if (scores := [x for s in t.steps for x in s.prediction_scores if not math.isnan(x)])
-    ]
+    def wia_scores(t: Trajectory) -> list[float]:  # World-In-Agent's records, when it ran
+        return [x for s in t.steps for x in s.extras.get("wia", {}).get("scores", []) if not math.isnan(x)]
+
+    per_traj = [np.nanmean(scores) for t in trajectories if (scores := wia_scores(t))]
     if per_traj:
-        successes = [t.success for t in trajectories
-                     if any(not math.isnan(x) for s in t.steps for x in s.prediction_scores)]
+        successes = [t.success for t in trajectories if wia_scores(t)]
         out[f"{prefix}wia_score"] = float(np.mean(per_traj))
         # Role-Agent App. B.2: point-biserial correlation of the predictive reward with success.
         out[f"{prefix}wia_success_corr"] = point_biserial(per_traj, successes)[0]

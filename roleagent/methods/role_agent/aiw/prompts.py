@@ -1,4 +1,4 @@
-"""Prompts of the two Agent-In-World roles (Role-Agent §3.3; seed 001 Appendix D).
+"""Prompts of the two Agent-In-World roles (Role-Agent: Wang et al., 2026, arXiv 2606.10917, §3.3 and Appendix D).
 
 * :func:`analysis_messages` — the failure analyst, Figure 8 ("Prompt Template for
   Abstracting Failure Modes from Failed Trajectories").
@@ -13,10 +13,10 @@ Deviations from the paper's templates, on purpose:
 * Figure 8 asks for ``DOMINANT_TYPE: [category from Step 1]`` without listing the
   categories, while the paper's runs use a fixed per-environment taxonomy (Table 6). We
   list the environment's taxonomy in the prompt so the label is one of those categories;
-  :func:`roleagent.aiw.reflection.parse_reflection` still maps off-taxonomy answers.
+  :func:`roleagent.methods.role_agent.aiw.reflection.parse_reflection` still maps off-taxonomy answers.
 * Figure 9 asks for ``INDEX/TASK/REFLECTIONS`` blocks. We keep that block and number the
   candidates ``[1]..[K]`` (1-based, as in the paper's case study ``[4] "TASK": ...``);
-  the parser in :mod:`roleagent.aiw.retrieval` also accepts bare lists such as ``[1, 3]``.
+  the parser in :mod:`roleagent.methods.role_agent.aiw.retrieval` also accepts bare lists such as ``[1, 3]``.
 * The trajectory is rendered in the case-study format of Figure 10
   (``OBSERVATION (step t)`` / ``AGENT_ACTION (step t)``) and bounded by a character
   budget (the paper feeds "all interaction sequences"; a 50-step ALFWorld episode does not

@@ -4,7 +4,7 @@ lines 3, 5 and 24: "Update p_𝒟 to prioritize difficult and overlooked tasks")
 The paper "reintegrate[s] these retrieved tasks into the training set" (§3.3): each
 retrieval adds a copy of the task. Here that is a weight: every task has a weight
 relative to uniform (1.0 = its uniform share), :meth:`TaskSampler.boost` adds ``amount``
-(1.0 = one more copy), and, unlike the paper's ever-growing set (DESIGN §4 asks for a
+(1.0 = one more copy), and, unlike the paper's ever-growing set (docs/design.md, "Decisions", asks for a
 decay and a floor), :meth:`TaskSampler.decay` pulls weights back toward uniform every
 iteration, ``w ← 1 + (w − 1)·decay``.
 

@@ -3,9 +3,9 @@
 "The entire history of failure modes is then fed into the LLM, which is instructed to
 retrieve patterns similar to the current failure mode and return the indices of relevant
 interaction histories" (§3.3, "Task Retrieval & Changing Data Distribution"; prompt:
-seed 001 Fig. 9). Feeding the *entire* history does not scale (the paper's ALFWorld
+Wang et al., 2026, arXiv 2606.10917, Fig. 9). Feeding the *entire* history does not scale (the paper's ALFWorld
 library reaches 3,931 failures, Fig. 4), so the candidate list is bounded first
-(DESIGN §4):
+(docs/design.md, "Decisions"):
 
 1. **Pre-filter** (:meth:`Retriever.candidates`): rank all stored failures of *other*
    tasks by BM25 over their reflections + retrieval queries (:class:`BM25Index`, a small
@@ -35,9 +35,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from roleagent.aiw.memory import FailureMemory, FailureRecord
-from roleagent.aiw.prompts import Messages, retrieval_messages
-from roleagent.aiw.reflection import Reflection, parse_small_int
+from roleagent.methods.role_agent.aiw.memory import FailureMemory, FailureRecord
+from roleagent.methods.role_agent.aiw.prompts import Messages, retrieval_messages
+from roleagent.methods.role_agent.aiw.reflection import Reflection, parse_small_int
 
 RETRIEVERS = ("policy", "llm", "bm25", "embedding")
 PREFILTERS = ("hybrid", "bm25", "type")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from roleagent.aiw.reflection import Reflection
+from roleagent.methods.role_agent.aiw.reflection import Reflection
 
 SCHEMA_VERSION = 1
 

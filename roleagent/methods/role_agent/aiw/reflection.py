@@ -3,7 +3,7 @@
 "For each failed trajectory, we feed all interaction sequences, along with the task
 description and objective, into an LLM for analysis ... to generate a failure-mode
 reflection that includes the failure type, core lessons, and query contexts to be used
-for retrieving similar tasks" (§3.3, "Failure Mode Analysis"; prompt: seed 001 Fig. 8).
+for retrieving similar tasks" (§3.3, "Failure Mode Analysis"; prompt: Wang et al., 2026, arXiv 2606.10917, Fig. 8).
 
 A :class:`Reflection` comes from one of four sources:
 
@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from roleagent.aiw.prompts import _clip, task_instruction
+from roleagent.methods.role_agent.aiw.prompts import _clip, task_instruction
 from roleagent.types import Trajectory
 
 FIELDS = ("DOMINANT_TYPE", "DETAIL", "CRITICAL_STEP", "CORE_LESSON", "RETRIEVAL_QUERY")

@@ -1,6 +1,7 @@
 """SEAL (Hu et al., 2026) in the training loop: diagnosis → weights, profile → interface.
 
-``SealHook`` plugs into :class:`roleagent.trainer.hooks.TrainerHook`. Per iteration k:
+``SealMethod`` (section ``seal``) plugs into the loop as a
+:class:`roleagent.methods.Method`. Per iteration k:
 
 1. rollouts on interface I_k (train tasks; the env applies the evolved interface to the
    ``train`` split only, evaluation always sees the plain one);
@@ -11,7 +12,8 @@
 
        w(τ) = clip(mean_k ρ(y_k), w_min, w_max),    Â = w(τ) · A        (w > 0: sign kept)
 
-   where A is the group-normalised advantage of every step sample of τ and ρ are the
+   where A is the group-normalised advantage of every step sample of τ (w is recorded
+   in ``trajectory.extras["seal"]["weight"]``, so rollout dumps show it) and ρ are the
    static utilities (``STATIC_UTILITIES`` + ``seal.utilities``) or, with
    ``seal.utility_ema``, the EMA ones. A trajectory without a diagnosis (crashed, not
    diagnosable, replay failed or timed out) gets w = 1;
@@ -55,9 +57,9 @@ from roleagent.algos.seal import (
     reweight_advantages,
     seal_trajectory_weights,
 )
-from roleagent.envs.workers import EnvPool
+from roleagent.methods.base import Method
+from roleagent.methods.seal.config import SEALConfig, validate_seal
 from roleagent.trainer.advantages import StepBatch
-from roleagent.trainer.hooks import TrainerHook
 from roleagent.types import Step, Trajectory
 
 
@@ -77,18 +79,21 @@ def _replay_copy(trajectory: Trajectory) -> Trajectory:
                       instruction=trajectory.instruction, seed=trajectory.seed)
 
 
-class SealHook(TrainerHook):
+class SealMethod(Method):
     """Diagnosis-guided advantage reweighting + utility EMA + interface evolution."""
 
     name = "seal"
+    config_class = SEALConfig
 
-    def __init__(self, cfg, pool: EnvPool | None = None, *,
+    def __init__(self, context, cfg: SEALConfig, *,
                  diagnose: Callable[[Trajectory], dict[str, Any] | None] | None = None) -> None:
-        """``cfg`` is a ``roleagent.config.SEALConfig``; ``pool`` the trainer's env pool (for
-        replay diagnosis on its workers and profile pushes); ``diagnose`` replaces the
-        pool's replay with an in-process function (tests)."""
+        """``context.pool`` is the trainer's env pool (for replay diagnosis on its workers
+        and profile pushes; ``context`` may be None without one); ``diagnose`` replaces
+        the pool's replay with an in-process function (tests)."""
+        super().__init__(context, cfg)
         self.cfg = cfg
-        self.pool = pool
+        self.pool = getattr(context, "pool", None)
+        pool = self.pool
         self._diagnose = diagnose
         self.utilities = {**STATIC_UTILITIES, **{k: float(v) for k, v in cfg.utilities.items()}}
         self.ema = ClosedLoopWeights(
@@ -109,6 +114,16 @@ class SealHook(TrainerHook):
                     raise ValueError("seal.interface_evolution needs the env built with interface='evolved' "
                                      "(load the config with roleagent.config.load_config, which sets it)")
         self._batch_metrics: dict[str, float] = {}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        validate_seal(cfg)
+
+    @classmethod
+    def resolve_config(cls, cfg) -> None:
+        """``env.kwargs.interface`` follows ``seal.interface_evolution`` unless given."""
+        if "interface" not in cfg.env.kwargs:
+            cfg.env.kwargs["interface"] = "evolved" if cfg.seal.interface_evolution else "plain"
 
     # ----------------------------------------------------------------- diagnoses ------
 
@@ -169,7 +184,7 @@ class SealHook(TrainerHook):
         w[[i for i, d in enumerate(diagnoses) if d is None]] = 1.0
         return w
 
-    # --------------------------------------------------------------------- hook -------
+    # ------------------------------------------------------------------- hooks -------
 
     def adjust_advantages(self, batch: StepBatch, advantages: np.ndarray) -> np.ndarray:
         if not batch.trajectories:
@@ -177,6 +192,8 @@ class SealHook(TrainerHook):
             return advantages
         w = self.trajectory_weights(batch.trajectories)
         diagnosed = [self.diagnosis(t) is not None for t in batch.trajectories]
+        for trajectory, weight in zip(batch.trajectories, w):
+            trajectory.extras["seal"] = {"weight": float(weight), "applied": bool(self.cfg.reweight)}
         self._batch_metrics = {
             "weight_mean": float(w.mean()), "weight_min": float(w.min()), "weight_max": float(w.max()),
             "diagnosed": float(np.mean(diagnosed)),
@@ -189,7 +206,7 @@ class SealHook(TrainerHook):
         self._batch_metrics["advantage_abs_mean_before"] = float(np.abs(advantages).mean())
         return adjusted
 
-    def after_iteration(self, trajectories: list[Trajectory], *, iteration: int, pool: EnvPool) -> dict[str, float]:
+    def after_iteration(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         pairs = [(d, float(t.success)) for t in trajectories if (d := self.diagnosis(t)) is not None]
         metrics = dict(self._batch_metrics)
         self._batch_metrics = {}
@@ -201,15 +218,14 @@ class SealHook(TrainerHook):
         if self.profile is not None:
             for d, reward in pairs:
                 self.profile.update_from_diagnosis(d, reward)
-            self.push_profile(pool)
+            self.push_profile()
             metrics["profile_size"] = float(len(self.profile))
             metrics["guidelines"] = float(len(self.profile.select_guidelines()))
         return metrics
 
-    def push_profile(self, pool: EnvPool | None = None) -> None:
-        pool = pool if pool is not None else self.pool
-        if self.profile is not None and pool is not None:
-            pool.call_all("set_profile", self.profile.state_dict())
+    def push_profile(self) -> None:
+        if self.profile is not None and self.pool is not None:
+            self.pool.call_all("set_profile", self.profile.state_dict())
 
     # ----------------------------------------------------------------- state ----------
 

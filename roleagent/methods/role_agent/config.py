@@ -1,0 +1,55 @@
+"""Config sections of Role-Agent (Wang et al., 2026, arXiv 2606.10917): ``wia``
+(World-In-Agent, the prediction-modulated return) and ``aiw`` (Agent-In-World, the
+failure-driven curriculum). Ranges and choices: ``roleagent.config_rules``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roleagent.fields import _f
+
+
+@dataclass
+class WIAConfig:
+    enabled: bool = _f(True, "World-In-Agent future-state prediction (role_agent only)")
+    horizon: int = _f(0, "predicted states per action H; 0 means max(1, round(horizon_fraction * T_max))")
+    horizon_fraction: float = _f(0.05, "H as a fraction of the episode step limit (paper: 5%)")
+    max_new_tokens: int = _f(48, "token limit of one prediction")
+    train_predictions: bool = _f(False, "also train the prediction tokens with the step's advantage (paper eq. 9 trains actions only)")
+
+
+@dataclass
+class AIWConfig:
+    """Agent-In-World settings. Defaults are ours: the paper gives none for the sampler."""
+
+    enabled: bool = _f(False, "Agent-In-World: failure analysis -> memory -> retrieval -> task distribution")
+    analyst: str = _f("policy", "who writes failure reflections: policy (the trained model, paper) | llm (another "
+                      "model behind the same generate protocol) | rule (the environment's diagnose)")
+    retriever: str = _f("policy", "who picks tasks sharing a failure: policy | llm (paper Figure 9 over the candidate "
+                        "list) | bm25 (top-k of the pre-filter, no LLM) | embedding (MiniLM cosine top-k)")
+    candidates: int = _f(20, "bound on the candidate list shown to the retriever (one entry per task)")
+    prefilter: str = _f("hybrid", "candidate pre-filter: hybrid (same failure type first, then any BM25 match) | "
+                        "bm25 | type")
+    top_k: int = _f(3, "at most this many tasks retrieved per failure (the paper's case studies show 3)")
+    boost: float = _f(1.0, "weight added to a retrieved task (uniform = 1: one more copy of it in the training set)")
+    self_boost: float = _f(0.0, "weight added to the failed task itself (0: only retrieved tasks, as in the paper)")
+    decay: float = _f(0.9, "per-iteration relaxation w <- 1 + (w - 1) * decay (half-life ~6.6 iterations)")
+    floor: float = _f(0.2, "no task's probability below floor x uniform")
+    cap: float = _f(5.0, "no task's probability above cap x uniform")
+    replace: bool = _f(False, "sample tasks with replacement (false: distinct tasks per batch, Gumbel-top-k)")
+    max_failures_per_iter: int = _f(32, "bound on analysed failures per iteration, taken round-robin over tasks")
+    analysis_chars: int = _f(3000, "character budget of the trajectory text in the analysis prompt (Figure 8)")
+    observation_chars: int = _f(400, "each observation in that text is clipped to this many characters")
+    analysis_max_new_tokens: int = _f(256, "token limit of one reflection")
+    retrieval_max_new_tokens: int = _f(160, "token limit of one retrieval selection")
+    reflection_temperature: float = _f(0.5, "sampling temperature of the analyst (paper Table 5: 0.5)")
+    bm25_k1: float = _f(1.5, "BM25 term-frequency saturation k1")
+    bm25_b: float = _f(0.75, "BM25 length normalisation b")
+    memory_file: str = _f("failure_memory.sqlite", "SQLite file of the failure memory, inside the run directory")
+
+    def validate(self) -> None:
+        """Raise :class:`~roleagent.fields.ConfigError` (a ``ValueError``) naming the
+        first field outside its rule; never changes the config."""
+        from roleagent.config_rules import check_fields
+
+        check_fields(self, prefix="aiw.")

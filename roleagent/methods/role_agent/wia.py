@@ -1,0 +1,177 @@
+"""World-In-Agent, Role-Agent's predictive reward (Wang et al., 2026, arXiv 2606.10917,
+§3.2, eqs. 2–9): all of it that is not pure maths (that is ``roleagent.algos.wia``).
+
+Role-Agent is **GiGPO with prediction-modulated returns**: GiGPO's episode advantage plus
+a state-group advantage whose step return is ``R_t = R_task · (1 + R_pre)`` with
+``R_pre`` from the LMS scores of the policy's own predictions of the next H states. This
+module is the one place that says so:
+
+1. the predictor role: after the actor chooses a_t, the same model is prompted with the
+   augmented prompt x_pre (task, current state, the action) to predict the next H
+   observations ŝ_{t,1..H} (eq. 2). The answer format is
+   ``<state1>…</state1><state2>…</state2>…``; the assistant turn is pre-filled with
+   ``<state1>`` so small models start in format. A missing or unparsable state is the
+   empty string (it scores 0 against any non-empty real state);
+2. :class:`PredictionExtension`: that prediction as one more batched generation per
+   rollout turn, recorded in ``step.extras["wia"]`` (``predictions``; ``prompt_ids``,
+   ``ids``, ``logprobs`` of the generation), scored at the end of the episode
+   (``scores``: r̃_{t,h}, eq. 4, NaN past the end or without a prediction);
+3. :func:`role_agent_estimator`, the ``role_agent`` advantage estimator (eq. 9);
+4. :class:`WorldInAgent`, the method (section ``wia``) that plugs 2 into the rollouts and
+   optionally trains the prediction tokens (``wia.train_predictions``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from roleagent import algos
+from roleagent.engine.base import SamplingParams
+from roleagent.fields import ConfigError
+from roleagent.methods.base import Method
+from roleagent.trainer.advantages import Advantages, StepBatch
+from roleagent.trainer.update import TrainSample
+from roleagent.types import Trajectory
+
+PREFIX = "<state1>"
+
+
+def predictor_messages(*, instruction: str, observation: str, action: str, horizon: int,
+                       max_observation_chars: int = 400) -> list[dict[str, str]]:
+    """x_pre for one step: predict the observations after ``action`` and the next H−1 steps."""
+    tags = "".join(f"<state{h}>...</state{h}>" for h in range(1, horizon + 1))
+    steps = "the next observation" if horizon == 1 else f"the next {horizon} observations"
+    content = (
+        f"{instruction.strip()}\n\nCurrent observation: {observation[:max_observation_chars]}\n"
+        f"Action taken: {action}\n\nPredict {steps} the environment will show, "
+        f"in this format: {tags}"
+    )
+    return [
+        {"role": "system", "content": "You predict how a text environment responds to actions."},
+        {"role": "user", "content": content},
+    ]
+
+
+def parse_predictions(text: str, horizon: int) -> list[str]:
+    """Predicted states ŝ_{t,1..H} from a generation that followed the ``<state1>`` prefix.
+
+    >>> parse_predictions("You see a key.</state1><state2>You win.</state2>", 2)
+    ['You see a key.', 'You win.']
+    >>> parse_predictions("garbage", 2)
+    ['garbage', '']
+    """
+    text = PREFIX + text
+    out = []
+    for h in range(1, horizon + 1):
+        match = re.search(rf"<state{h}>(.*?)(?:</state{h}>|<state{h + 1}>|$)", text, re.DOTALL)
+        out.append(" ".join(match.group(1).split()) if match else "")
+    return out
+
+
+def stop_strings(horizon: int) -> tuple[str, ...]:
+    return (f"</state{horizon}>",)
+
+
+# ------------------------------------------------------------ rollout extension ------
+
+
+class PredictionExtension:
+    """Predict the next ``horizon`` observations after every valid action, in one batched
+    generation per turn; score them when the episode ends."""
+
+    name = "wia"
+
+    def __init__(self, horizon: int, *, max_new_tokens: int, temperature: float, top_p: float):
+        self.horizon = horizon
+        self.sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                       stop=stop_strings(horizon))
+
+    def after_actions(self, engine, turns) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = [{"predictions": []} for _ in turns]
+        rows = [i for i, turn in enumerate(turns) if turn.valid]
+        prompts = [
+            engine.encode_chat(predictor_messages(instruction=turns[i].instruction, observation=turns[i].observation,
+                                                  action=turns[i].action, horizon=self.horizon),
+                               response_prefix=PREFIX)
+            for i in rows
+        ]
+        if prompts:
+            for i, gen in zip(rows, engine.generate(prompts, self.sampling)):
+                records[i] = {"predictions": parse_predictions(gen.text, self.horizon),
+                              "prompt_ids": gen.prompt_ids, "ids": gen.ids, "logprobs": gen.logprobs}
+        return records
+
+    def finish(self, trajectory: Trajectory) -> None:
+        score_predictions(trajectory, self.horizon)
+
+
+def score_predictions(trajectory: Trajectory, horizon: int) -> None:
+    """Fill ``step.extras["wia"]["scores"]`` with r̃_{t,h} (eq. 4); NaN past the end or when
+    no prediction was made (invalid action), so those terms drop out of R_pre."""
+    steps = trajectory.steps
+    if not steps:
+        return
+    records = [s.extras.setdefault("wia", {"predictions": []}) for s in steps]
+    future = [s.observation for s in steps[1:]] + [trajectory.final_observation]
+    predictions = [r["predictions"] if r["predictions"] else [None] * horizon for r in records]
+    matrix = algos.prediction_score_matrix(predictions, future, horizon=horizon)  # (T, H)
+    for record, row in zip(records, matrix):
+        record["scores"] = [float(x) for x in row] if record["predictions"] else [math.nan] * horizon
+
+
+# ------------------------------------------------------------ advantage estimator ----
+
+
+def prediction_scores(steps: Sequence) -> np.ndarray:
+    """(n, H) scores of the steps' World-In-Agent records, NaN-padded; (n, 1) zeros when no
+    step has one (World-In-Agent off: R_t = R_task, the "w/o predictive reward" ablation)."""
+    rows = [list(s.extras["wia"].get("scores", [])) if "wia" in s.extras else None for s in steps]
+    if all(row is None for row in rows):
+        return np.zeros((len(rows), 1))
+    horizon = max(len(row) for row in rows if row is not None)
+    padded = [(row or []) + [math.nan] * (horizon - len(row or [])) for row in rows]
+    return np.asarray(padded, dtype=np.float64).reshape(len(rows), horizon)
+
+
+def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
+    """Role-Agent ``A = A^S(R_t) + α·A^E`` (eq. 9) over ``batch``, with R_t modulated by the
+    steps' prediction scores (``algos.role_agent_advantage_parts``)."""
+    a_state, a_episode, groups = algos.role_agent_advantage_parts(
+        batch.group_ids, batch.traj_ids, batch.rewards, batch.states, prediction_scores(batch.steps),
+        penalties=batch.penalties, penalty_placement=cfg.penalty_placement, gamma=cfg.gamma, mode=cfg.norm,
+        similarity_threshold=cfg.similarity_threshold)
+    return Advantages(a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state}, groups)
+
+
+# ------------------------------------------------------------------------ method -----
+
+
+class WorldInAgent(Method):
+    """Section ``wia``: predictions in the rollouts, optionally trained (``train_predictions``)."""
+
+    name = "wia"
+
+    def __init__(self, context, config):
+        super().__init__(context, config)
+        settings = context.settings
+        self.horizon = config.horizon or algos.prediction_horizon(settings.max_steps, config.horizon_fraction)
+        self.extension = PredictionExtension(self.horizon, max_new_tokens=config.max_new_tokens,
+                                             temperature=settings.temperature, top_p=settings.top_p)
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if cfg.algo.name != "role_agent":
+            raise ConfigError("wia.enabled needs algo.name=role_agent (set wia.enabled=false for other algorithms)")
+
+    def rollout_extension(self) -> PredictionExtension:
+        return self.extension
+
+    def extra_samples(self, step, advantage: float) -> list[TrainSample]:
+        record = step.extras.get("wia", {})
+        if not (self.config.train_predictions and record.get("ids")):
+            return []
+        return [TrainSample(record["prompt_ids"], record["ids"], record["logprobs"], advantage)]
