@@ -31,10 +31,36 @@ from roleagent.algos import build_state_groups, gigpo_advantages, lms_score
 N_TASKS, GROUP_SIZE, MAX_STEPS = 16, 8, 50
 GAMMA, EPS, THRESHOLD, PENALTY = 0.95, 1e-6, 0.9, 0.1
 
-RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "shelf", "sinkbasin", "stoveburner", "microwave",
-               "garbagecan", "diningtable"]
-OBJECTS = ["apple", "bread", "butterknife", "cup", "egg", "fork", "knife", "lettuce", "mug", "pan", "plate",
-           "potato", "saltshaker", "spatula", "tomato", "spoon"]
+RECEPTACLES = [
+    "cabinet",
+    "countertop",
+    "drawer",
+    "fridge",
+    "shelf",
+    "sinkbasin",
+    "stoveburner",
+    "microwave",
+    "garbagecan",
+    "diningtable",
+]
+OBJECTS = [
+    "apple",
+    "bread",
+    "butterknife",
+    "cup",
+    "egg",
+    "fork",
+    "knife",
+    "lettuce",
+    "mug",
+    "pan",
+    "plate",
+    "potato",
+    "saltshaker",
+    "spatula",
+    "tomato",
+    "spoon",
+]
 CLOSABLE = {"cabinet", "drawer", "fridge", "microwave"}
 
 
@@ -53,13 +79,18 @@ def make_batch(seed: int = 0):
         recs = [f"{r} {i}" for r in RECEPTACLES for i in range(1, int(rng.integers(1, 4)) + 1)]
         recs = [recs[i] for i in rng.choice(len(recs), size=min(len(recs), 14), replace=False)]
         layout0 = {
-            r: [f"{o} {int(rng.integers(1, 3))}" for o in rng.choice(OBJECTS, size=int(rng.integers(0, 4)), replace=False)]
+            r: [
+                f"{o} {int(rng.integers(1, 3))}"
+                for o in rng.choice(OBJECTS, size=int(rng.integers(0, 4)), replace=False)
+            ]
             for r in recs
         }
         goal = str(rng.choice(OBJECTS))
-        start = (f"-= Welcome to TextWorld, ALFRED! =- You are in the middle of a room. Looking quickly "
-                 f"around you, you see {_listing(recs)}. Your task is to: put a clean {goal} in "
-                 f"{rng.choice(recs)}.")
+        start = (
+            f"-= Welcome to TextWorld, ALFRED! =- You are in the middle of a room. Looking quickly "
+            f"around you, you see {_listing(recs)}. Your task is to: put a clean {goal} in "
+            f"{rng.choice(recs)}."
+        )
         for k in range(GROUP_SIZE):
             layout = {r: list(v) for r, v in layout0.items()}
             opened: set[str] = set()
@@ -183,7 +214,8 @@ def ref_step_norm(values, step_uids, remove_std):
 def ref_gigpo(group_ids, traj_ids, rewards, valid, obs, mode, threshold):
     remove_std = mode == "mean_norm"
     step_returns, scores = ref_apply_invalid_penalty(
-        ref_step_returns(traj_ids, rewards, GAMMA), ref_episode_scores(traj_ids, rewards), valid)
+        ref_step_returns(traj_ids, rewards, GAMMA), ref_episode_scores(traj_ids, rewards), valid
+    )
     episode = ref_episode_norm(scores, group_ids, remove_std)
     step_uids = ref_build_step_group(obs, group_ids, threshold)
     step = ref_step_norm(step_returns, step_uids, remove_std)
@@ -206,24 +238,42 @@ def main() -> None:
     group_ids, traj_ids, rewards, valid, obs = make_batch(seed=0)
     penalties = PENALTY * ~valid
     n = len(rewards)
-    print(f"batch: {N_TASKS} groups x {GROUP_SIZE} rollouts, {n} step samples, "
-          f"{len(set(obs))} distinct observations, gamma={GAMMA}")
+    print(
+        f"batch: {N_TASKS} groups x {GROUP_SIZE} rollouts, {n} step samples, "
+        f"{len(set(obs))} distinct observations, gamma={GAMMA}"
+    )
     rows = []
     for label, thr in (("exact", None), (f"sim>={THRESHOLD}", THRESHOLD)):
         anchors = build_state_groups(group_ids, obs, similarity_threshold=thr)
         n_anchor = int(anchors.max()) + 1
         singletons = int(np.sum(np.bincount(anchors) == 1))
         for mode in ("mean_std_norm", "mean_norm"):
-            ref_t, ref = _best_of(lambda: ref_gigpo(group_ids, traj_ids, rewards, valid, obs, mode, thr), 1 if thr else 3)
-            vec_t, vec = _best_of(lambda: gigpo_advantages(group_ids, traj_ids, rewards, obs, penalties=penalties,
-                                                           gamma=GAMMA, mode=mode, similarity_threshold=thr), 5)
+            ref_t, ref = _best_of(
+                lambda mode=mode, thr=thr: ref_gigpo(group_ids, traj_ids, rewards, valid, obs, mode, thr),
+                1 if thr else 3,
+            )
+            vec_t, vec = _best_of(
+                lambda mode=mode, thr=thr: gigpo_advantages(
+                    group_ids,
+                    traj_ids,
+                    rewards,
+                    obs,
+                    penalties=penalties,
+                    gamma=GAMMA,
+                    mode=mode,
+                    similarity_threshold=thr,
+                ),
+                5,
+            )
             assert np.allclose(vec, ref, atol=1e-6, rtol=0.0), f"{label}/{mode}: mismatch"
             rows.append((label, mode, n_anchor, singletons, ref_t, vec_t, float(np.max(np.abs(vec - ref)))))
     header = ("anchors", "mode", "groups", "single", "loop ms", "vector ms", "speed-up", "max|diff|")
     print("{:<9} {:<14} {:>6} {:>6} {:>9} {:>9} {:>8} {:>9}".format(*header))
     for label, mode, n_anchor, singles, ref_t, vec_t, diff in rows:
-        print(f"{label:<9} {mode:<14} {n_anchor:>6} {singles:>6} {ref_t * 1e3:>9.1f} {vec_t * 1e3:>9.1f} "
-              f"{ref_t / vec_t:>7.1f}x {diff:>9.1e}")
+        print(
+            f"{label:<9} {mode:<14} {n_anchor:>6} {singles:>6} {ref_t * 1e3:>9.1f} {vec_t * 1e3:>9.1f} "
+            f"{ref_t / vec_t:>7.1f}x {diff:>9.1e}"
+        )
     print("all values identical to the loop reference (np.allclose, atol 1e-6)")
 
 

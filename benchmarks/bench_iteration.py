@@ -35,8 +35,9 @@ def main() -> None:
     rows = {}
     for name, overrides in VARIANTS.items():
         run_dir = tempfile.mkdtemp(prefix="bench_iter_")
-        cfg = load_config(args.recipe, [*overrides, f"run_dir={run_dir}", "tensorboard=false",
-                                        "eval.at_start=false", *args.set])
+        cfg = load_config(
+            args.recipe, [*overrides, f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false", *args.set]
+        )
         trainer = Trainer(cfg, resume=False, quiet=True)
         try:
             record = trainer.train_iteration(0)
@@ -49,14 +50,18 @@ def main() -> None:
     print(f"\nrecipe {args.recipe} {' '.join(args.set)}")
     print(f"{'variant':22s}" + "".join(f"{p.split('/')[1][:-2]:>11s}" for p in PHASES) + f"{'success':>9s}")
     for name, record in rows.items():
-        print(f"{name:22s}" + "".join(f"{record.get(p, 0.0):11.1f}" for p in PHASES) + f"{record['train/success']:9.2f}")
+        print(
+            f"{name:22s}" + "".join(f"{record.get(p, 0.0):11.1f}" for p in PHASES) + f"{record['train/success']:9.2f}"
+        )
     base = rows["GiGPO"]["time/iteration_s"]
     wia = rows["Role-Agent (WIA)"]
     full = rows["Role-Agent (WIA+AIW)"]
     print(f"\nRole-Agent (WIA) / GiGPO iteration time = {wia['time/iteration_s'] / base:.2f}")
     print(f"prediction pass share of the WIA iteration = {wia['time/extension_s'] / wia['time/iteration_s']:.1%}")
-    print(f"Agent-In-World share of the full iteration = {full['time/aiw_s'] / full['time/iteration_s']:.1%} "
-          f"({full.get('aiw/n_failures', 0):.0f} failures analysed)")
+    print(
+        f"Agent-In-World share of the full iteration = {full['time/aiw_s'] / full['time/iteration_s']:.1%} "
+        f"({full.get('aiw/n_failures', 0):.0f} failures analysed)"
+    )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,14 @@ def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads:
     """Train one (configuration, seed) in a subprocess and read its metrics.jsonl."""
     run_dir = run_dir_of(out, name, seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false",
-            "eval.at_start=false", f"threads={threads}"]
+    sets = [
+        *overrides,
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        "tensorboard=false",
+        "eval.at_start=false",
+        f"threads={threads}",
+    ]
     command = [sys.executable, "-m", "roleagent.cli", "train", CONFIGS[name], "--no-resume"]
     for item in sets:
         command += ["--set", item]
@@ -82,14 +88,18 @@ def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads:
     iterations = [r for r in records if "iteration" in r]
     after = next(r for r in records if r.get("eval") == "after")
     result = {
-        "config": name, "seed": seed, "minutes": minutes,
+        "config": name,
+        "seed": seed,
+        "minutes": minutes,
         "after": 100 * after["eval/success"],
         "train_success": 100 * float(np.mean([r["train/success"] for r in iterations])),
         "train_success_by_iteration": [100 * r["train/success"] for r in iterations],
         "retrieved_share": [r["aiw/retrieved_share"] for r in iterations if "aiw/retrieved_share" in r],
     }
-    print(f"{name} seed {seed}: after {result['after']:.1f}%  train {result['train_success']:.1f}%  "
-          f"({minutes:.1f} min)", flush=True)
+    print(
+        f"{name} seed {seed}: after {result['after']:.1f}%  train {result['train_success']:.1f}%  ({minutes:.1f} min)",
+        flush=True,
+    )
     return result
 
 
@@ -118,22 +128,29 @@ def main() -> None:
     runs = [(name, seed) for seed in args.seeds for name in args.configs]
     threads = 1 if args.jobs > 1 else 0
     with ThreadPoolExecutor(max_workers=args.jobs) as executor:
-        results = list(executor.map(
-            lambda run: train_one(name=run[0], seed=run[1], overrides=args.set, out=out, threads=threads), runs))
+        results = list(
+            executor.map(
+                lambda run: train_one(name=run[0], seed=run[1], overrides=args.set, out=out, threads=threads), runs
+            )
+        )
 
     cfg = load_config(CONFIGS[args.configs[0]], args.set)
-    print(f"\nrecipes with --set {' '.join(args.set) or '(none)'}: {cfg.iterations} iterations x "
-          f"{cfg.rollout.tasks_per_iter} tasks x {cfg.rollout.group_size} rollouts, env {cfg.env.kwargs}, "
-          f"panel {cfg.env.eval_split} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
-          f"{(time.perf_counter() - started) / 60:.0f} min in all")
+    print(
+        f"\nrecipes with --set {' '.join(args.set) or '(none)'}: {cfg.iterations} iterations x "
+        f"{cfg.rollout.tasks_per_iter} tasks x {cfg.rollout.group_size} rollouts, env {cfg.env.kwargs}, "
+        f"panel {cfg.env.eval_split} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
+        f"{(time.perf_counter() - started) / 60:.0f} min in all"
+    )
     print(f"{'config':12s}{'before %':>10s}{'after %':>15s}{'train %':>15s}{'retrieved':>11s}{'min/run':>9s}")
     for name in args.configs:
         rows = [r for r in results if r["config"] == name]
         shares = [s for r in rows for s in r["retrieved_share"]]
-        print(f"{name:12s}{before:10.1f}{mean_std([r['after'] for r in rows]):>15s}"
-              f"{mean_std([r['train_success'] for r in rows]):>15s}"
-              f"{(f'{np.mean(shares):.2f}' if shares else '-'):>11s}"
-              f"{np.mean([r['minutes'] for r in rows]):9.1f}")
+        print(
+            f"{name:12s}{before:10.1f}{mean_std([r['after'] for r in rows]):>15s}"
+            f"{mean_std([r['train_success'] for r in rows]):>15s}"
+            f"{(f'{np.mean(shares):.2f}' if shares else '-'):>11s}"
+            f"{np.mean([r['minutes'] for r in rows]):9.1f}"
+        )
     (out / "results.json").write_text(json.dumps({"before": before, "runs": results}, indent=2))
 
 

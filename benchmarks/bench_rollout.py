@@ -57,8 +57,9 @@ def main() -> None:
         pool.reset([(i, t, s) for i, (t, s) in enumerate(jobs)])  # warm the workers up
         engine.seed(0)
         started = time.perf_counter()
-        trajectories, stats = run_episodes(engine=engine, pool=pool, jobs=jobs, settings=settings,
-                                             extensions=extensions)
+        trajectories, stats = run_episodes(
+            engine=engine, pool=pool, jobs=jobs, settings=settings, extensions=extensions
+        )
         rollout_s = time.perf_counter() - started
 
     engine.seed(0)
@@ -69,17 +70,23 @@ def main() -> None:
     generate_s = time.perf_counter() - started
 
     steps = sum(len(t.steps) for t in trajectories)
-    print(f"env={args.env} episodes={len(jobs)} turns={stats.turns} steps={steps} "
-          f"generate calls={len(engine.record)} torch threads={torch.get_num_threads()}")
+    print(
+        f"env={args.env} episodes={len(jobs)} turns={stats.turns} steps={steps} "
+        f"generate calls={len(engine.record)} torch threads={torch.get_num_threads()}"
+    )
     print(f"{'':28s}{'seconds':>9s}")
     print(f"{'rollout (run_episodes)':28s}{rollout_s:9.2f}")
     print(f"{'  of which generation':28s}{stats.generate_s + stats.extension_s:9.2f}")
     print(f"{'  of which env steps/resets':28s}{stats.env_s:9.2f}")
     print(f"{'raw generate, same prompts':28s}{generate_s:9.2f}")
-    print(f"rollout / raw generate = {rollout_s / generate_s:.3f}  "
-          f"(overhead {100 * (rollout_s - generate_s) / rollout_s:.1f}% of rollout time)")
-    print(f"sampled tokens: rollout {stats.generated_tokens}, replay {replayed_tokens} "
-          f"(equal when sampling is reproduced exactly: {stats.generated_tokens == replayed_tokens})")
+    print(
+        f"rollout / raw generate = {rollout_s / generate_s:.3f}  "
+        f"(overhead {100 * (rollout_s - generate_s) / rollout_s:.1f}% of rollout time)"
+    )
+    print(
+        f"sampled tokens: rollout {stats.generated_tokens}, replay {replayed_tokens} "
+        f"(equal when sampling is reproduced exactly: {stats.generated_tokens == replayed_tokens})"
+    )
 
 
 if __name__ == "__main__":

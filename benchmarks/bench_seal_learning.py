@@ -36,8 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 from roleagent.config import load_config  # noqa: E402
-from roleagent.trainer import Trainer  # noqa: E402
 from roleagent.methods.seal.method import diagnosis_metrics  # noqa: E402
+from roleagent.trainer import Trainer  # noqa: E402
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 ARMS = {"vanilla": "grpo_bfcl", "seal": "seal_bfcl"}
@@ -45,13 +45,20 @@ ARMS = {"vanilla": "grpo_bfcl", "seal": "seal_bfcl"}
 
 def overrides(args, run_dir: Path, seed: int, iterations: int) -> list[str]:
     return [
-        f"run_dir={run_dir}", f"seed={seed}", f"iterations={iterations}", f"threads={args.threads}",
-        "tensorboard=false", "env.processes=false", "eval.at_start=false",
+        f"run_dir={run_dir}",
+        f"seed={seed}",
+        f"iterations={iterations}",
+        f"threads={args.threads}",
+        "tensorboard=false",
+        "env.processes=false",
+        "eval.at_start=false",
         f"env.kwargs.train_per_category={args.train_per_category}",
         f"env.kwargs.eval_per_category={args.eval_per_category}",
         f"env.kwargs.max_steps_per_turn={args.max_steps_per_turn}",
-        f"rollout.tasks_per_iter={args.tasks_per_iter}", f"rollout.group_size={args.group_size}",
-        f"rollout.max_new_tokens={args.max_new_tokens}", f"rollout.history={args.history}",
+        f"rollout.tasks_per_iter={args.tasks_per_iter}",
+        f"rollout.group_size={args.group_size}",
+        f"rollout.max_new_tokens={args.max_new_tokens}",
+        f"rollout.history={args.history}",
     ]
 
 
@@ -66,8 +73,10 @@ def panel_stats(trainer: Trainer, trajectories) -> dict:
         if d is not None:
             diagnoses.append(d)
     success = {c: [t.success for t in trajectories if t.task.metadata.get("category") == c] for c in CATEGORIES}
-    out = {"success": {c: 100.0 * float(np.mean(v)) for c, v in success.items() if v},
-           "behaviour": diagnosis_metrics(trajectories, diagnoses)}
+    out = {
+        "success": {c: 100.0 * float(np.mean(v)) for c, v in success.items() if v},
+        "behaviour": diagnosis_metrics(trajectories, diagnoses),
+    }
     out["success"]["All"] = 100.0 * float(np.mean([t.success for t in trajectories]))
     return out
 
@@ -116,12 +125,14 @@ def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
     training iteration instead and return None."""
     run_dir = Path(args.out) / "before"
     shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = load_config(ARMS["seal"] if args.measure else ARMS["vanilla"],
-                      overrides(args, run_dir, args.seeds[0], 1))
+    cfg = load_config(ARMS["seal"] if args.measure else ARMS["vanilla"], overrides(args, run_dir, args.seeds[0], 1))
     trainer = Trainer(cfg, quiet=True)
     try:
-        print(f"train tasks {len(trainer.train_tasks)}, eval panel {len(trainer.eval_tasks)}: "
-              f"{[t.id.rsplit('/', 1)[-1] for t in trainer.eval_tasks]}", flush=True)
+        print(
+            f"train tasks {len(trainer.train_tasks)}, eval panel {len(trainer.eval_tasks)}: "
+            f"{[t.id.rsplit('/', 1)[-1] for t in trainer.eval_tasks]}",
+            flush=True,
+        )
         t0 = time.perf_counter()
         before = panel_stats(trainer, trainer.evaluate("before").trajectories)
         eval_s = time.perf_counter() - t0
@@ -129,10 +140,13 @@ def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
         if args.measure:
             t0 = time.perf_counter()
             record = trainer.train_iteration(0)
-            print(f"one SEAL iteration: {time.perf_counter() - t0:.0f}s "
-                  f"(rollout {record['time/rollout_s']:.0f}s, update {record['time/update_s']:.0f}s, "
-                  f"samples {record.get('update/samples')}, prompt tokens/s "
-                  f"{record['speed/rollout_tokens_per_s']:.0f})", flush=True)
+            print(
+                f"one SEAL iteration: {time.perf_counter() - t0:.0f}s "
+                f"(rollout {record['time/rollout_s']:.0f}s, update {record['time/update_s']:.0f}s, "
+                f"samples {record.get('update/samples')}, prompt tokens/s "
+                f"{record['speed/rollout_tokens_per_s']:.0f})",
+                flush=True,
+            )
             print(json.dumps({k: v for k, v in record.items() if k.startswith(("seal/", "train/"))}, indent=1))
             return None
         return before, len(trainer.eval_tasks)
@@ -142,8 +156,10 @@ def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
 
 def _print_success(args: argparse.Namespace, before: dict, results: dict[str, list[dict]], n_eval: int) -> None:
     cols = list(CATEGORIES) + ["All"]
-    print(f"\nBFCL v3 multi-turn eval success (%), {n_eval}-task plain-interface panel, "
-          f"seeds {args.seeds}, {args.iterations} iterations × {args.tasks_per_iter} tasks × G={args.group_size}")
+    print(
+        f"\nBFCL v3 multi-turn eval success (%), {n_eval}-task plain-interface panel, "
+        f"seeds {args.seeds}, {args.iterations} iterations × {args.tasks_per_iter} tasks × G={args.group_size}"
+    )
     print(f"{'':18s}" + "".join(f"{c:>16s}" for c in cols))
     print(f"{'before (shared)':18s}" + "".join(f"{before['success'].get(c, float('nan')):16.2f}" for c in cols))
     for arm, runs in results.items():
@@ -152,8 +168,9 @@ def _print_success(args: argparse.Namespace, before: dict, results: dict[str, li
 
     print("\nEval-panel behaviour (greedy; mean over seeds for the trained arms)")
     keys = sorted({k for r in [before] + [x["after"] for v in results.values() for x in v] for k in r["behaviour"]})
-    rows = {"before": [before["behaviour"]]} | {f"{arm} after": [x["after"]["behaviour"] for x in runs]
-                                                 for arm, runs in results.items()}
+    rows = {"before": [before["behaviour"]]} | {
+        f"{arm} after": [x["after"]["behaviour"] for x in runs] for arm, runs in results.items()
+    }
     print(f"{'':28s}" + "".join(f"{label:>16s}" for label in rows))
     for k in keys:
         print(f"{k:28s}" + "".join(f"{np.mean([b.get(k, 0.0) for b in v]):16.3f}" for v in rows.values()))
@@ -161,18 +178,29 @@ def _print_success(args: argparse.Namespace, before: dict, results: dict[str, li
 
 def _print_training(results: dict[str, list[dict]]) -> None:
     print("\nTraining rollouts (mean over iterations and seeds)")
-    train_keys = ["train/success", "train/zero_variance_groups", "train/advantage_abs_mean", "update/samples",
-                  "seal/weight_mean", "seal/weight_min", "seal/weight_max", "seal/valid_call_ratio",
-                  "seal/guidelines", "time/iteration_s"]
+    train_keys = [
+        "train/success",
+        "train/zero_variance_groups",
+        "train/advantage_abs_mean",
+        "update/samples",
+        "seal/weight_mean",
+        "seal/weight_min",
+        "seal/weight_max",
+        "seal/valid_call_ratio",
+        "seal/guidelines",
+        "time/iteration_s",
+    ]
     print(f"{'':28s}" + "".join(f"{arm:>16s}" for arm in results))
     for k in train_keys:
-        vals = [[rec[k] for r in runs for rec in r["train"] if isinstance(rec.get(k), (int, float))]
-                for runs in results.values()]
+        vals = [
+            [rec[k] for r in runs for rec in r["train"] if isinstance(rec.get(k), (int, float))]
+            for runs in results.values()
+        ]
         print(f"{k:28s}" + "".join(f"{np.mean(v):16.3f}" if v else f"{'-':>16s}" for v in vals))
     train_labels = Counter()
     for r in results["seal"]:
         for rec in r["train"]:
-            train_labels.update({k[len("seal/"):]: v for k, v in rec.items() if k.startswith("seal/label_")})
+            train_labels.update({k[len("seal/") :]: v for k, v in rec.items() if k.startswith("seal/label_")})
     n = sum(1 for r in results["seal"] for _ in r["train"])
     print("SEAL train turn-label shares: " + ", ".join(f"{k[6:]} {v / n:.3f}" for k, v in sorted(train_labels.items())))
 

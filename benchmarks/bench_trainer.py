@@ -28,9 +28,14 @@ def make_samples(n: int, prompt: int, output: int, vocab: int, seed: int = 0) ->
     for i in range(n):
         p = prompt + rng.randint(-prompt // 4, prompt // 4)
         o = max(2, output + rng.randint(-output // 4, output // 4))
-        samples.append(TrainSample(
-            [rng.randrange(vocab) for _ in range(p)], [rng.randrange(vocab) for _ in range(o)],
-            [-2.0] * o, 1.0 if i % 2 else -1.0))
+        samples.append(
+            TrainSample(
+                [rng.randrange(vocab) for _ in range(p)],
+                [rng.randrange(vocab) for _ in range(o)],
+                [-2.0] * o,
+                1.0 if i % 2 else -1.0,
+            )
+        )
     return samples
 
 
@@ -78,14 +83,18 @@ def main() -> None:
         results["bare forward/backward"].append((trained, time.perf_counter() - started))
 
     mode = "full fine-tuning" if args.full else "LoRA r=16"
-    print(f"embedded SmolLM2-135M, {mode}, {args.samples} samples x ~{args.prompt}+{args.output} tokens, "
-          f"micro-batch budget {args.tokens}, torch threads {torch.get_num_threads()}")
+    print(
+        f"embedded SmolLM2-135M, {mode}, {args.samples} samples x ~{args.prompt}+{args.output} tokens, "
+        f"micro-batch budget {args.tokens}, torch threads {torch.get_num_threads()}"
+    )
     rates = {}
     for name, runs in results.items():
         tokens = sum(t for t, _ in runs)
         seconds = sum(s for _, s in runs)
         rates[name] = tokens / seconds
-        print(f"{name:28s} {tokens / len(runs):8.0f} tokens/update  {seconds / len(runs):7.2f} s  {rates[name]:7.1f} tokens/s")
+        print(
+            f"{name:28s} {tokens / len(runs):8.0f} tokens/update  {seconds / len(runs):7.2f} s  {rates[name]:7.1f} tokens/s"
+        )
     print(f"Updater / bare = {rates['roleagent Updater.update'] / rates['bare forward/backward']:.3f} (tokens/s ratio)")
 
 

@@ -1,17 +1,16 @@
 """``roleagent`` command line: train, eval, view, envs.
 
-    roleagent train role_agent_textcraft --set iterations=3 --set optim.lr=1e-4
-    roleagent train --explain                     # every config key with its help
-    roleagent eval --run runs/role_agent_textcraft  # latest checkpoint on its panel
-    roleagent eval --env alfworld --policy expert --split valid_seen
-    roleagent view runs/role_agent_textcraft --failed
-    roleagent envs
+roleagent train role_agent_textcraft --set iterations=3 --set optim.lr=1e-4
+roleagent train --explain                     # every config key with its help
+roleagent eval --run runs/role_agent_textcraft  # latest checkpoint on its panel
+roleagent eval --env alfworld --policy expert --split valid_seen
+roleagent view runs/role_agent_textcraft --failed
+roleagent envs
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -57,9 +56,12 @@ def _eval(args: argparse.Namespace) -> int:
     if args.policy == "expert":
         from roleagent.envs.workers import EnvPool
 
-        with EnvPool(cfg.env.name, cfg.env.kwargs, slots=args.workers, processes=cfg.env.processes,
-                     timeout=cfg.env.timeout) as pool:
-            splits = [cfg.env.eval_split] if args.split or cfg.env.name != "alfworld" else ["valid_seen", "valid_unseen"]
+        with EnvPool(
+            cfg.env.name, cfg.env.kwargs, slots=args.workers, processes=cfg.env.processes, timeout=cfg.env.timeout
+        ) as pool:
+            splits = (
+                [cfg.env.eval_split] if args.split or cfg.env.name != "alfworld" else ["valid_seen", "valid_unseen"]
+            )
             rows = {}
             for split in splits:
                 tasks = panel(pool.meta.tasks(split), cfg.eval.max_tasks)
@@ -86,8 +88,9 @@ def _eval(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from roleagent.viewer import view_run
 
-    return view_run(Path(args.run), file=args.file, task=args.task, index=args.index,
-                    failed=args.failed, memory=args.memory)
+    return view_run(
+        Path(args.run), file=args.file, task=args.task, index=args.index, failed=args.failed, memory=args.memory
+    )
 
 
 def _envs(args: argparse.Namespace) -> int:
@@ -95,15 +98,21 @@ def _envs(args: argparse.Namespace) -> int:
 
     for name, spec in sorted(env_specs().items()):
         missing = missing_requirements(name)  # a plug-in (entry point) requires its own module
-        status = ("ready" if not missing else f"needs pip install 'roleagent[{spec.extra}]'" if spec.extra
-                  else f"cannot import {', '.join(missing)}")
+        status = (
+            "ready"
+            if not missing
+            else f"needs pip install 'roleagent[{spec.extra}]'"
+            if spec.extra
+            else f"cannot import {', '.join(missing)}"
+        )
         print(f"{name:10s} {status:40s} {spec.description}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="roleagent", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="roleagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a policy from a recipe")

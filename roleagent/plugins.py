@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Iterable
 from importlib import metadata
-from typing import Any, Iterable
+from typing import Any
 
 #: Entry-point groups, one per registry.
 GROUPS = {
@@ -36,8 +37,13 @@ class PluginError(LookupError):
 def is_reference(name: str) -> bool:
     """``"module.path:Attribute"``: an explicit import reference rather than a short name."""
     module, sep, attribute = name.partition(":")
-    return bool(sep and module and attribute and all(p.isidentifier() for p in module.split("."))
-                and all(p.isidentifier() for p in attribute.split(".")))
+    return bool(
+        sep
+        and module
+        and attribute
+        and all(p.isidentifier() for p in module.split("."))
+        and all(p.isidentifier() for p in attribute.split("."))
+    )
 
 
 def load_object(reference: str) -> Any:
@@ -85,8 +91,8 @@ def unknown(what: str, name: str, known: Iterable[str]) -> str:
 def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
     """``"; did you mean 'alfworld'?"`` for the closest known name, or ``""``::
 
-        >>> did_you_mean("lrr", ["lr", "seed"], prefix="optim.")
-        "; did you mean 'optim.lr'?"
+    >>> did_you_mean("lrr", ["lr", "seed"], prefix="optim.")
+    "; did you mean 'optim.lr'?"
     """
     close = difflib.get_close_matches(name, list(known), n=1)
     return f"; did you mean {prefix + close[0]!r}?" if close else ""

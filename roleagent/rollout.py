@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from roleagent.engine.base import Engine, SamplingParams
 from roleagent.envs.workers import EnvPool
@@ -108,7 +109,7 @@ def run_episodes(
     trajectories: list[Trajectory] = []
     tokens_before = (engine.generated_tokens, engine.prompt_tokens)
     for start in range(0, len(jobs), pool.size):
-        wave = jobs[start:start + pool.size]
+        wave = jobs[start : start + pool.size]
         trajectories.extend(_run_wave(engine, pool, wave, settings, extensions, stats, progress))
     stats.generated_tokens = engine.generated_tokens - tokens_before[0]
     stats.prompt_tokens = engine.prompt_tokens - tokens_before[1]
@@ -124,11 +125,19 @@ def _actor_messages(e: _Episode, settings: RolloutSettings, engine: Engine, coun
     """The actor's chat: the whole conversation for environments that report their chat
     messages (BFCL), trimmed to the engine's prompt budget; else the bounded text prompt."""
     if e.transcript is not None:
-        return actor.chat_messages(instruction=e.instruction, transcript=e.transcript,
-                                   count_tokens=count_tokens, budget=engine.max_prompt_tokens)
+        return actor.chat_messages(
+            instruction=e.instruction,
+            transcript=e.transcript,
+            count_tokens=count_tokens,
+            budget=engine.max_prompt_tokens,
+        )
     return actor.actor_messages(
-        instruction=e.instruction, observation=e.observation, history=e.history,
-        admissible=e.admissible, action_format=settings.action_format, max_history=settings.history,
+        instruction=e.instruction,
+        observation=e.observation,
+        history=e.history,
+        admissible=e.admissible,
+        action_format=settings.action_format,
+        max_history=settings.history,
     )
 
 
@@ -138,9 +147,12 @@ def _start_wave(pool, wave, stats) -> list[_Episode]:
     stats.env_s += time.perf_counter() - started
     return [
         _Episode(
-            slot=slot, trajectory=Trajectory(task=task, seed=seed, instruction=(reply.info or {}).get("instruction", "")),
+            slot=slot,
+            trajectory=Trajectory(task=task, seed=seed, instruction=(reply.info or {}).get("instruction", "")),
             instruction=(reply.info or {}).get("instruction", ""),
-            observation=reply.observation, state_key=reply.state_key, admissible=reply.admissible,
+            observation=reply.observation,
+            state_key=reply.state_key,
+            admissible=reply.admissible,
             transcript=_messages(reply.info),
         )
         for slot, ((task, seed), reply) in enumerate(zip(wave, replies))
@@ -149,11 +161,14 @@ def _start_wave(pool, wave, stats) -> list[_Episode]:
 
 def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list[Trajectory]:
     count_tokens = functools.lru_cache(maxsize=4096)(
-        lambda text: len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]))
+        lambda text: len(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
+    )
     episodes = _start_wave(pool, wave, stats)
     sampling = SamplingParams(
-        max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-        top_p=settings.top_p, stop=actor.STOP[settings.action_format],
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        stop=actor.STOP[settings.action_format],
     )
     for _ in range(settings.max_steps):
         active = [e for e in episodes if not e.done]
@@ -164,8 +179,10 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         # 1. actions, one batched generation ---------------------------------------
         started = time.perf_counter()
         prompts = [
-            engine.encode_chat(_actor_messages(e, settings, engine, count_tokens),
-                               response_prefix=actor.RESPONSE_PREFIX[settings.action_format])
+            engine.encode_chat(
+                _actor_messages(e, settings, engine, count_tokens),
+                response_prefix=actor.RESPONSE_PREFIX[settings.action_format],
+            )
             for e in active
         ]
         generations = engine.generate(prompts, sampling)
@@ -188,9 +205,14 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
 
         for i, (e, gen, p) in enumerate(zip(active, generations, parsed)):
             step = Step(
-                observation=e.observation, state_key=e.state_key,
-                prompt_ids=gen.prompt_ids, action_ids=gen.ids, action_logprobs=gen.logprobs,
-                action_text=gen.text, action=p.action, valid=p.valid,
+                observation=e.observation,
+                state_key=e.state_key,
+                prompt_ids=gen.prompt_ids,
+                action_ids=gen.ids,
+                action_logprobs=gen.logprobs,
+                action_text=gen.text,
+                action=p.action,
+                valid=p.valid,
             )
             step.extras.update({name: rows[i] for name, rows in records if rows[i] is not None})
             _apply(e, step, p, next(replies) if p.valid else None, settings)

@@ -9,8 +9,9 @@ trajectory weight) lives in namespaced records, ``Step.extras[name]`` and
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 #: Keys of an ``extras`` record that hold token data; rollout dumps leave them out
 #: unless ``to_json(tokens=True)``.
@@ -53,9 +54,14 @@ class Step:
 
     def to_json(self, *, tokens: bool = False) -> dict[str, Any]:
         out = {
-            "observation": self.observation, "state_key": _key_json(self.state_key),
-            "action_text": self.action_text, "action": self.action, "valid": self.valid,
-            "reward": self.reward, "penalty": self.penalty, "done": self.done,
+            "observation": self.observation,
+            "state_key": _key_json(self.state_key),
+            "action_text": self.action_text,
+            "action": self.action,
+            "valid": self.valid,
+            "reward": self.reward,
+            "penalty": self.penalty,
+            "done": self.done,
             "info": {k: v for k, v in self.info.items() if _jsonable(v)},
             "extras": _extras_json(self.extras, tokens),
         }
@@ -64,14 +70,21 @@ class Step:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Step":
+    def from_json(cls, data: dict[str, Any]) -> Step:
         key = data.get("state_key")
         return cls(
-            observation=data["observation"], state_key=tuple(key) if isinstance(key, list) else key,
-            prompt_ids=list(data.get("prompt_ids", [])), action_ids=list(data.get("action_ids", [])),
-            action_logprobs=list(data.get("action_logprobs", [])), action_text=data["action_text"],
-            action=data["action"], valid=data["valid"], reward=data["reward"], penalty=data["penalty"],
-            done=data["done"], info=dict(data.get("info", {})),
+            observation=data["observation"],
+            state_key=tuple(key) if isinstance(key, list) else key,
+            prompt_ids=list(data.get("prompt_ids", [])),
+            action_ids=list(data.get("action_ids", [])),
+            action_logprobs=list(data.get("action_logprobs", [])),
+            action_text=data["action_text"],
+            action=data["action"],
+            valid=data["valid"],
+            reward=data["reward"],
+            penalty=data["penalty"],
+            done=data["done"],
+            info=dict(data.get("info", {})),
             extras={k: dict(v) for k, v in data.get("extras", {}).items()},
         )
 
@@ -115,18 +128,28 @@ class Trajectory:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Trajectory":
-        task = Task(id=data["task_id"], env=data["env"], split=data.get("split", "train"),
-                    metadata=dict(data.get("metadata") or {}))
-        return cls(task=task, steps=[Step.from_json(s) for s in data["steps"]], success=data["success"],
-                   instruction=data.get("instruction", ""), final_observation=data.get("final_observation", ""),
-                   seed=data.get("seed", 0), crashed=data.get("crashed", False), diagnosis=data.get("diagnosis"),
-                   extras={k: dict(v) for k, v in data.get("extras", {}).items()})
+    def from_json(cls, data: dict[str, Any]) -> Trajectory:
+        task = Task(
+            id=data["task_id"],
+            env=data["env"],
+            split=data.get("split", "train"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+        return cls(
+            task=task,
+            steps=[Step.from_json(s) for s in data["steps"]],
+            success=data["success"],
+            instruction=data.get("instruction", ""),
+            final_observation=data.get("final_observation", ""),
+            seed=data.get("seed", 0),
+            crashed=data.get("crashed", False),
+            diagnosis=data.get("diagnosis"),
+            extras={k: dict(v) for k, v in data.get("extras", {}).items()},
+        )
 
 
 def _extras_json(extras: dict[str, dict[str, Any]], tokens: bool) -> dict[str, dict[str, Any]]:
-    return {name: {k: v for k, v in record.items() if tokens or k not in TOKEN_KEYS}
-            for name, record in extras.items()}
+    return {name: {k: v for k, v in record.items() if tokens or k not in TOKEN_KEYS} for name, record in extras.items()}
 
 
 def _key_json(key: Hashable) -> Any:

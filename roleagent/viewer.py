@@ -12,8 +12,15 @@ def _load(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def view_run(run: Path, *, file: str | None = None, task: str | None = None, index: int | None = None,
-             failed: bool = False, memory: bool = False) -> int:
+def view_run(
+    run: Path,
+    *,
+    file: str | None = None,
+    task: str | None = None,
+    index: int | None = None,
+    failed: bool = False,
+    memory: bool = False,
+) -> int:
     rollouts = run / "rollouts"
     if not rollouts.exists():
         print(f"{run} has no rollouts/ folder: is it a run directory?")
@@ -71,7 +78,9 @@ def _print_records(extras: dict) -> None:
     """What the algorithm and the methods recorded for a step (``Step.extras``)."""
     algo = extras.get("algo")
     if algo:
-        print("advantage:   " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in algo.items()))
+        print(
+            "advantage:   " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in algo.items())
+        )
     wia = extras.get("wia", {})
     for h, (pred, score) in enumerate(zip(wia.get("predictions", []), wia.get("scores", []))):
         print(f"predicted s+{h + 1}: {pred!r} (LMS {score})")

@@ -21,8 +21,9 @@ import math
 import re
 import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 LEGACY_STEP_FIELDS = {"predictions": ("wia", "predictions"), "prediction_scores": ("wia", "scores")}
 
@@ -125,16 +126,23 @@ def weights(run: Path) -> dict[str, Any]:
 
 def compare(first: Path, second: Path, report: Report) -> None:
     report.jsonl("metrics.jsonl", first / "metrics.jsonl", second / "metrics.jsonl")
-    names = sorted({p.name for p in (first / "rollouts").glob("*.jsonl")} | {p.name for p in (second / "rollouts").glob("*.jsonl")})
+    names = sorted(
+        {p.name for p in (first / "rollouts").glob("*.jsonl")} | {p.name for p in (second / "rollouts").glob("*.jsonl")}
+    )
     for name in names:
         report.jsonl(f"rollouts/{name}", first / "rollouts" / name, second / "rollouts" / name)
     for name in ("eval_table.txt",):
         a, b = first / name, second / name
         if a.exists() != b.exists() or (a.exists() and a.read_text() != b.read_text()):
             report.differences.append(f"{name} differs")
-    sa, sb = (json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else {} for d in (first, second))
-    report.records("summary.json", {"evals": sa.get("evals"), "eval_tasks": sa.get("eval_tasks")},
-                   {"evals": sb.get("evals"), "eval_tasks": sb.get("eval_tasks")})
+    sa, sb = (
+        json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else {} for d in (first, second)
+    )
+    report.records(
+        "summary.json",
+        {"evals": sa.get("evals"), "eval_tasks": sa.get("eval_tasks")},
+        {"evals": sb.get("evals"), "eval_tasks": sb.get("eval_tasks")},
+    )
     ma, mb = memory_rows(first / "failure_memory.sqlite"), memory_rows(second / "failure_memory.sqlite")
     if ma != mb:
         report.differences.append("failure_memory.sqlite rows differ")
@@ -161,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         for key in sorted(report.only[side]):
             print(f"ONLY IN {side.upper()}", key)
     verdict = "identical" if report.ok() else "DIFFERENT"
-    print(f"{args.first} vs {args.second}: {report.compared} values compared, "
-          f"{len(report.differences)} differences: {verdict}")
+    print(
+        f"{args.first} vs {args.second}: {report.compared} values compared, "
+        f"{len(report.differences)} differences: {verdict}"
+    )
     return 0 if report.ok() else 1
 
 

@@ -54,8 +54,15 @@ class ScriptedEngine:
             reply = self.respond(text, len(self.calls) - 1)
             ids = [ord(c) for c in reply]
             self.generated_tokens += len(ids)
-            out.append(Generation(prompt_ids=[ord(c) % 5000 for c in text], ids=ids,
-                                  logprobs=[-1.0] * len(ids), text=reply, truncated=False))
+            out.append(
+                Generation(
+                    prompt_ids=[ord(c) % 5000 for c in text],
+                    ids=ids,
+                    logprobs=[-1.0] * len(ids),
+                    text=reply,
+                    truncated=False,
+                )
+            )
         return out
 
 

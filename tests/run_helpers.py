@@ -27,17 +27,32 @@ class LuckyEnv(ScriptedEnv):
 
     def step(self, action: str) -> StepResult:
         if sum(map(ord, action.strip())) % 12 == 0:
-            return StepResult("A hidden door opens. You win.", 1.0, True,
-                              {"success": True, "admissible_actions": self.admissible_actions()})
+            return StepResult(
+                "A hidden door opens. You win.",
+                1.0,
+                True,
+                {"success": True, "admissible_actions": self.admissible_actions()},
+            )
         return super().step(action)
 
 
 register_env(EnvSpec("lucky", "tests.run_helpers:LuckyEnv", (), "dev", "test env with random wins"))
 
-TINY = ["model.name=tiny", "model.device=cpu", "env.name=lucky", "env.processes=false",
-        "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=6",
-        "rollout.action_format=action", "wia.max_new_tokens=6", "tensorboard=false",
-        "eval.max_tasks=2", "optim.lr=1e-2", "threads=1"]
+TINY = [
+    "model.name=tiny",
+    "model.device=cpu",
+    "env.name=lucky",
+    "env.processes=false",
+    "rollout.tasks_per_iter=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=6",
+    "rollout.action_format=action",
+    "wia.max_new_tokens=6",
+    "tensorboard=false",
+    "eval.max_tasks=2",
+    "optim.lr=1e-2",
+    "threads=1",
+]
 AIW = ["aiw.enabled=true", "aiw.analyst=rule", "aiw.retriever=bm25"]
 
 

@@ -2,22 +2,25 @@
 
 import pytest
 
-from roleagent.roles.actor import actor_messages, parse_action
 from roleagent.methods.role_agent.wia import parse_predictions, predictor_messages
+from roleagent.roles.actor import actor_messages, parse_action
 
 
-@pytest.mark.parametrize("text,fmt,expected", [
-    ("<think>hmm</think><action>go to desk 1</action>", "think_action", "go to desk 1"),
-    ("<think>x</think><action>  take  apple 1 </action>", "think_action", "take apple 1"),
-    ("<action>a</action><action>b</action>", "think_action", None),  # ambiguous
-    ("I will go to the desk", "think_action", None),
-    ("<action></action>", "think_action", None),
-    ("take key</action>", "action", "take key"),
-    ("\nget 1 oak logs.\ncraft more", "action", "get 1 oak logs"),
-    ("   ", "action", None),
-    ('<tool_call>{"name": "ls"}</tool_call>', "raw", '<tool_call>{"name": "ls"}</tool_call>'),
-    ("\x00\x01<<<>>>", "think_action", None),
-])
+@pytest.mark.parametrize(
+    "text,fmt,expected",
+    [
+        ("<think>hmm</think><action>go to desk 1</action>", "think_action", "go to desk 1"),
+        ("<think>x</think><action>  take  apple 1 </action>", "think_action", "take apple 1"),
+        ("<action>a</action><action>b</action>", "think_action", None),  # ambiguous
+        ("I will go to the desk", "think_action", None),
+        ("<action></action>", "think_action", None),
+        ("take key</action>", "action", "take key"),
+        ("\nget 1 oak logs.\ncraft more", "action", "get 1 oak logs"),
+        ("   ", "action", None),
+        ('<tool_call>{"name": "ls"}</tool_call>', "raw", '<tool_call>{"name": "ls"}</tool_call>'),
+        ("\x00\x01<<<>>>", "think_action", None),
+    ],
+)
 def test_parse_action(text, fmt, expected):
     parsed = parse_action(text, fmt)
     assert parsed.action == expected
@@ -31,9 +34,14 @@ def test_unknown_format_is_an_error():
 
 def test_prompt_has_bounded_history_and_admissible_actions():
     history = [(f"go to shelf {i}", f"You arrive at shelf {i}.") for i in range(10)]
-    messages = actor_messages(instruction="Your task is to: find a key.", observation="You see a key.",
-                              history=history, admissible=["take key", "look"], action_format="action",
-                              max_history=2)
+    messages = actor_messages(
+        instruction="Your task is to: find a key.",
+        observation="You see a key.",
+        history=history,
+        admissible=["take key", "look"],
+        action_format="action",
+        max_history=2,
+    )
     text = messages[-1]["content"]
     assert "Your task is to: find a key." in text
     assert "9. go to shelf 8" in text and "10. go to shelf 9" in text and "shelf 7" not in text
@@ -42,8 +50,14 @@ def test_prompt_has_bounded_history_and_admissible_actions():
 
 
 def test_long_observation_is_clipped():
-    text = actor_messages(instruction="t", observation="x" * 5000, history=[], admissible=None,
-                          action_format="think_action", max_observation_chars=100)[-1]["content"]
+    text = actor_messages(
+        instruction="t",
+        observation="x" * 5000,
+        history=[],
+        admissible=None,
+        action_format="think_action",
+        max_observation_chars=100,
+    )[-1]["content"]
     assert "x" * 97 + "..." in text and "x" * 101 not in text
 
 

@@ -19,15 +19,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def ref(label: str, lesson: str = "lesson", step: int | None = 2) -> Reflection:
-    return Reflection(dominant_type=label, detail=f"detail {label}", critical_step=step,
-                      core_lesson=lesson, retrieval_query=f"query {label}", source="policy")
+    return Reflection(
+        dominant_type=label,
+        detail=f"detail {label}",
+        critical_step=step,
+        core_lesson=lesson,
+        retrieval_query=f"query {label}",
+        source="policy",
+    )
 
 
 def test_schema_modes_and_queries(tmp_path):
     path = tmp_path / "run" / "failure_memory.sqlite"
     with FailureMemory(path, ("a_mode", "b_mode")) as mem:
-        f1 = mem.add_failure("e/train/1", 0, ref("a_mode", "first lesson"),
-                             trajectory_summary="3 steps", task_text="do x", raw_output="raw")
+        f1 = mem.add_failure(
+            "e/train/1",
+            0,
+            ref("a_mode", "first lesson"),
+            trajectory_summary="3 steps",
+            task_text="do x",
+            raw_output="raw",
+        )
         mem.add_failure("e/train/2", 0, ref("a_mode", "second lesson"))
         mem.add_failure("e/train/1", 2, ref("b_mode", step=None))
         mem.add_failure("e/train/1", 3, ref("a_mode"))
@@ -38,14 +50,19 @@ def test_schema_modes_and_queries(tmp_path):
         assert (a.first_iteration, a.last_iteration) == (0, 3)
         assert a.description == "first lesson"  # canonical: the first failure's lesson
         assert mem.tasks_for_mode(a.id) == ["e/train/1", "e/train/2"]
-        assert mem.count_by_type_per_iteration() == {
-            0: {"a_mode": 2}, 2: {"b_mode": 1}, 3: {"a_mode": 1}}
+        assert mem.count_by_type_per_iteration() == {0: {"a_mode": 2}, 2: {"b_mode": 1}, 3: {"a_mode": 1}}
         recs = mem.failures()
         assert [r.id for r in recs] == sorted(r.id for r in recs)
         r1 = recs[0]
-        assert (r1.id, r1.task_id, r1.iteration, r1.critical_step, r1.task_text,
-                r1.raw_output, r1.trajectory_summary) == (f1, "e/train/1", 0, 2, "do x",
-                                                          "raw", "3 steps")
+        assert (
+            r1.id,
+            r1.task_id,
+            r1.iteration,
+            r1.critical_step,
+            r1.task_text,
+            r1.raw_output,
+            r1.trajectory_summary,
+        ) == (f1, "e/train/1", 0, 2, "do x", "raw", "3 steps")
         assert recs[2].critical_step is None
         assert len(mem.failures(limit=2)) == 2
         assert mem.failures(limit=1, newest_first=True)[0].iteration == 3
@@ -70,8 +87,7 @@ def test_truncate_after_rebuilds_modes(tmp_path):
         mem.add_retrievals(fid, 2, [("e/train/1", None)], "llm")
         mem.commit()
         assert mem.truncate_after(1) == 2
-        assert [(m.dominant_type, m.count, m.last_iteration) for m in mem.modes()] == [
-            ("a", 1, 1)]
+        assert [(m.dominant_type, m.count, m.last_iteration) for m in mem.modes()] == [("a", 1, 1)]
         assert mem.retrievals() == []
         assert mem.n_failures() == 1
 
@@ -141,9 +157,9 @@ WRITER = textwrap.dedent("""
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_memory_survives_sigkill_after_commit(tmp_path):
     path = tmp_path / "run" / "failure_memory.sqlite"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT),
-                                                                 path=str(path))],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER.format(root=str(ROOT), path=str(path))], stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         assert line.strip() == "committed"

@@ -11,31 +11,38 @@ from roleagent.config import ConfigError, from_dict
 from roleagent.methods.role_agent.aiw import AgentInWorld, AIWConfig
 from roleagent.types import Step, Task, Trajectory
 
-TAXONOMY = ("missing_precondition", "wrong_target_location", "navigation_loop",
-            "action_format_error")
+TAXONOMY = ("missing_precondition", "wrong_target_location", "navigation_loop", "action_format_error")
 TRAIN = [f"toy/train/{i:02d}" for i in range(12)]
 # task index → the failure type the scripted analyst reports for it
 KIND = {i: TAXONOMY[i % 3] for i in range(12)}
 
 
-def make_traj(task_id: str, success: bool = False, split: str = "train",
-              crashed: bool = False) -> Trajectory:
+def make_traj(task_id: str, success: bool = False, split: str = "train", crashed: bool = False) -> Trajectory:
     i = int(task_id.rsplit("/", 1)[1])
-    task = Task(id=task_id, env="toy", split=split,
-                metadata={"instruction": f"goal number {i} kind {KIND.get(i, 'x')}"})
-    steps = [Step(observation=f"room {t}", state_key=t, prompt_ids=[1], action_ids=[2],
-                  action_logprobs=[-0.1], action_text=f"go to shelf {t}",
-                  action=f"go to shelf {t}", valid=True) for t in range(1, 4)]
-    return Trajectory(task=task, steps=steps, success=success, final_observation="end",
-                      crashed=crashed)
+    task = Task(
+        id=task_id, env="toy", split=split, metadata={"instruction": f"goal number {i} kind {KIND.get(i, 'x')}"}
+    )
+    steps = [
+        Step(
+            observation=f"room {t}",
+            state_key=t,
+            prompt_ids=[1],
+            action_ids=[2],
+            action_logprobs=[-0.1],
+            action_text=f"go to shelf {t}",
+            action=f"go to shelf {t}",
+            valid=True,
+        )
+        for t in range(1, 4)
+    ]
+    return Trajectory(task=task, steps=steps, success=success, final_observation="end", crashed=crashed)
 
 
 class ScriptedLLM:
     """Answers Figure-8 prompts with a reflection for the task's kind and Figure-9
     prompts with ``selection`` (a string, or a callable of the prompt)."""
 
-    def __init__(self, selection="INDEX 1 REASON: same\nINDEX 2 REASON: same",
-                 analysis=None):
+    def __init__(self, selection="INDEX 1 REASON: same\nINDEX 2 REASON: same", analysis=None):
         self.calls: list[list[list[dict]]] = []
         self.selection = selection
         self.analysis = analysis
@@ -50,10 +57,12 @@ class ScriptedLLM:
                     out.append(self.analysis)
                     continue
                 kind = user.split("kind ", 1)[1].split()[0]
-                out.append(f"<reflection>\nDOMINANT_TYPE: {kind}\nDETAIL: failed because "
-                           f"of {kind.replace('_', ' ')}\nCRITICAL_STEP: Step 2, went wrong"
-                           f"\nCORE_LESSON: avoid {kind.replace('_', ' ')}\n"
-                           f"RETRIEVAL_QUERY: {kind.replace('_', ' ')} tasks\n</reflection>")
+                out.append(
+                    f"<reflection>\nDOMINANT_TYPE: {kind}\nDETAIL: failed because "
+                    f"of {kind.replace('_', ' ')}\nCRITICAL_STEP: Step 2, went wrong"
+                    f"\nCORE_LESSON: avoid {kind.replace('_', ' ')}\n"
+                    f"RETRIEVAL_QUERY: {kind.replace('_', ' ')} tasks\n</reflection>"
+                )
             else:
                 assert "curriculum designer" in system
                 sel = self.selection
@@ -81,8 +90,14 @@ def test_end_to_end_policy_roles(tmp_path):
     # the analyst was called once, batched; the retriever once for those with candidates
     assert len(llm.calls[0]) == 4
     assert m0["n_retrieval_queries"] >= 1
-    for key in ("sampler_entropy", "retrieved_share", "time_s", "n_retrieved",
-                "n_retrieval_fallback", "n_candidates_mean"):
+    for key in (
+        "sampler_entropy",
+        "retrieved_share",
+        "time_s",
+        "n_retrieved",
+        "n_retrieval_fallback",
+        "n_candidates_mean",
+    ):
         assert key in m0
     recs = aiw.memory.failures()
     assert sorted(r.task_id for r in recs) == sorted(TRAIN[i] for i in (0, 1, 2, 3))
@@ -114,9 +129,12 @@ def test_end_to_end_policy_roles(tmp_path):
 def test_validation_and_foreign_trajectories_never_touch_the_curriculum(tmp_path):
     llm = ScriptedLLM()
     aiw = new_aiw(tmp_path)
-    trajs = [make_traj("toy/eval/00", split="eval"), make_traj("toy/eval/01", split="eval"),
-             make_traj("toy/train/99"),  # a "train" id the sampler does not know
-             make_traj(TRAIN[0], crashed=True)]
+    trajs = [
+        make_traj("toy/eval/00", split="eval"),
+        make_traj("toy/eval/01", split="eval"),
+        make_traj("toy/train/99"),  # a "train" id the sampler does not know
+        make_traj(TRAIN[0], crashed=True),
+    ]
     m = aiw.process_failures(trajs, iteration=0, generate=llm, diagnose=None)
     assert m["n_rejected_non_train"] == 2 and m["n_unknown_task"] == 1
     assert m["n_crashed"] == 1 and m["n_failures"] == 0
@@ -141,8 +159,7 @@ def test_unparsable_reflection_falls_back_to_rule_then_heuristic(tmp_path):
             return {"dominant_type": "navigation_loop", "detail": "looped"}
         return None
 
-    m = aiw.process_failures([make_traj(TRAIN[0]), make_traj(TRAIN[1])], iteration=0,
-                             generate=llm, diagnose=diagnose)
+    m = aiw.process_failures([make_traj(TRAIN[0]), make_traj(TRAIN[1])], iteration=0, generate=llm, diagnose=diagnose)
     assert m["n_parse_fallback"] == 2 and m["n_rule"] == 1 and m["n_heuristic"] == 1
     assert diag_calls == [TRAIN[0], TRAIN[1]]
     sources = {r.task_id: (r.source, r.dominant_type) for r in aiw.memory.failures()}
@@ -159,8 +176,7 @@ def test_rule_analyst_and_bm25_retriever_need_no_llm(tmp_path):
     def diagnose(traj):
         return {"dominant_type": KIND[int(traj.task.id[-2:])], "detail": "rule says so"}
 
-    aiw.process_failures([make_traj(TRAIN[0]), make_traj(TRAIN[3])], iteration=0,
-                         generate=None, diagnose=diagnose)
+    aiw.process_failures([make_traj(TRAIN[0]), make_traj(TRAIN[3])], iteration=0, generate=None, diagnose=diagnose)
     got = {(r["failure_id"], r["task_id"], r["method"]) for r in aiw.memory.retrievals(0)}
     assert {t for _, t, _ in got} == {TRAIN[0], TRAIN[3]}
     assert {m for _, _, m in got} == {"bm25"}
@@ -171,14 +187,12 @@ def test_rule_analyst_and_bm25_retriever_need_no_llm(tmp_path):
 def test_retrieval_fallback_counted(tmp_path):
     llm = ScriptedLLM(selection="Sorry, none of these.")
     aiw = new_aiw(tmp_path, top_k=1)
-    m = aiw.process_failures([make_traj(TRAIN[0]), make_traj(TRAIN[3])], iteration=0,
-                             generate=llm, diagnose=None)
+    m = aiw.process_failures([make_traj(TRAIN[0]), make_traj(TRAIN[3])], iteration=0, generate=llm, diagnose=None)
     assert m["n_retrieval_fallback"] == 2
     assert m["n_retrieved"] == 2  # fell back to the pre-filter's top-1 for each
     # a separate retrieval model can be passed
     other = ScriptedLLM(selection="[1]")
-    m = aiw.process_failures([make_traj(TRAIN[6])], iteration=1, generate=llm,
-                             retrieval_generate=other, diagnose=None)
+    m = aiw.process_failures([make_traj(TRAIN[6])], iteration=1, generate=llm, retrieval_generate=other, diagnose=None)
     assert m["n_retrieval_fallback"] == 0 and len(other.calls) == 1
     aiw.close()
 
@@ -186,8 +200,7 @@ def test_retrieval_fallback_counted(tmp_path):
 def test_self_boost_and_cap_on_failures(tmp_path):
     llm = ScriptedLLM()
     aiw = new_aiw(tmp_path, self_boost=0.5, boost=0.0, max_failures_per_iter=3)
-    trajs = [make_traj(TRAIN[0]), make_traj(TRAIN[0]), make_traj(TRAIN[1]),
-             make_traj(TRAIN[2])]
+    trajs = [make_traj(TRAIN[0]), make_traj(TRAIN[0]), make_traj(TRAIN[1]), make_traj(TRAIN[2])]
     m = aiw.process_failures(trajs, iteration=0, generate=llm, diagnose=None)
     assert m["n_failures"] == 3 and m["n_over_cap"] == 1
     # round robin: one per task before a second for task 0
@@ -200,12 +213,10 @@ def test_self_boost_and_cap_on_failures(tmp_path):
 def test_contract_errors(tmp_path):
     aiw = new_aiw(tmp_path)
     with pytest.raises(ValueError, match="generate"):
-        aiw.process_failures([make_traj(TRAIN[0])], iteration=0, generate=None,
-                             diagnose=None)
+        aiw.process_failures([make_traj(TRAIN[0])], iteration=0, generate=None, diagnose=None)
     assert aiw.memory.n_failures() == 0
     with pytest.raises(ValueError, match="answers"):
-        aiw.process_failures([make_traj(TRAIN[0])], iteration=0,
-                             generate=lambda batch: [], diagnose=None)
+        aiw.process_failures([make_traj(TRAIN[0])], iteration=0, generate=lambda batch: [], diagnose=None)
     aiw.process_failures([], iteration=0, generate=None, diagnose=None)
     with pytest.raises(ValueError, match="once per iteration"):
         aiw.process_failures([], iteration=0, generate=None, diagnose=None)
@@ -230,15 +241,13 @@ def test_state_dict_roundtrip_and_exact_resume(tmp_path):
     aiw = new_aiw(tmp_path)
     fails = [[0, 3, 1], [6, 2], [9, 4, 5]]
     for it in range(2):
-        aiw.process_failures([make_traj(TRAIN[i]) for i in fails[it]], iteration=it,
-                             generate=llm, diagnose=None)
+        aiw.process_failures([make_traj(TRAIN[i]) for i in fails[it]], iteration=it, generate=llm, diagnose=None)
     ckpt = json.loads(json.dumps(aiw.state_dict()))
     weights_at_ckpt = aiw.sampler.weights.copy()
     n_at_ckpt = aiw.memory.n_failures()
     expected_batch = aiw.sample_tasks(4, np.random.default_rng(5))
     # the run continues one more iteration, then dies before the next checkpoint
-    aiw.process_failures([make_traj(TRAIN[i]) for i in fails[2]], iteration=2,
-                         generate=llm, diagnose=None)
+    aiw.process_failures([make_traj(TRAIN[i]) for i in fails[2]], iteration=2, generate=llm, diagnose=None)
     after = (aiw.sampler.weights.copy(), aiw.memory.n_failures())
     aiw.close()
 
@@ -248,8 +257,7 @@ def test_state_dict_roundtrip_and_exact_resume(tmp_path):
     assert resumed.memory.n_failures() == n_at_ckpt  # iteration-2 rows dropped
     assert resumed.last_iteration == 1
     assert resumed.sample_tasks(4, np.random.default_rng(5)) == expected_batch
-    resumed.process_failures([make_traj(TRAIN[i]) for i in fails[2]], iteration=2,
-                             generate=llm, diagnose=None)
+    resumed.process_failures([make_traj(TRAIN[i]) for i in fails[2]], iteration=2, generate=llm, diagnose=None)
     assert np.array_equal(resumed.sampler.weights, after[0])
     assert resumed.memory.n_failures() == after[1]
     assert resumed.state_dict()["counters"]["failures"] == 8
@@ -267,8 +275,7 @@ def test_exception_in_generate_rolls_back_and_can_retry(tmp_path):
         raise RuntimeError("engine died")
 
     with pytest.raises(RuntimeError):
-        aiw.process_failures([make_traj(TRAIN[3])], iteration=1, generate=llm,
-                             retrieval_generate=broken, diagnose=None)
+        aiw.process_failures([make_traj(TRAIN[3])], iteration=1, generate=llm, retrieval_generate=broken, diagnose=None)
     assert aiw.memory.n_failures() == n and len(aiw.retriever) == n
     assert np.array_equal(aiw.sampler.weights, weights)
     m = aiw.process_failures([make_traj(TRAIN[3])], iteration=1, generate=llm, diagnose=None)

@@ -13,20 +13,40 @@ from roleagent.methods.role_agent.aiw.reflection import (
 )
 from roleagent.types import Step, Task, Trajectory
 
-ALFWORLD = ("repetitive_exploration", "wrong_target_location", "wrong_receptacle",
-            "premature_give_up", "missing_precondition", "repeated_failed_action",
-            "navigation_loop", "entity_confusion", "wrong_object_interaction",
-            "exhaustive_exploration_failure", "action_format_error")
+ALFWORLD = (
+    "repetitive_exploration",
+    "wrong_target_location",
+    "wrong_receptacle",
+    "premature_give_up",
+    "missing_precondition",
+    "repeated_failed_action",
+    "navigation_loop",
+    "entity_confusion",
+    "wrong_object_interaction",
+    "exhaustive_exploration_failure",
+    "action_format_error",
+)
 
 
 def step(obs: str, action: str, valid: bool = True) -> Step:
-    return Step(observation=obs, state_key=obs, prompt_ids=[], action_ids=[],
-                action_logprobs=[], action_text=action, action=action if valid else None,
-                valid=valid)
+    return Step(
+        observation=obs,
+        state_key=obs,
+        prompt_ids=[],
+        action_ids=[],
+        action_logprobs=[],
+        action_text=action,
+        action=action if valid else None,
+        valid=valid,
+    )
 
 
-def traj(n_steps: int = 3, instruction: str | None = "put a clean soapbar in toilet",
-         obs_len: int = 20, action: str = "go to cabinet {i}") -> Trajectory:
+def traj(
+    n_steps: int = 3,
+    instruction: str | None = "put a clean soapbar in toilet",
+    obs_len: int = 20,
+    action: str = "go to cabinet {i}",
+) -> Trajectory:
     meta = {"instruction": instruction} if instruction else {}
     task = Task(id="alfworld/train/0001", env="alfworld", metadata=meta)
     steps = [step(f"obs{i} " + "x" * obs_len, action.format(i=i)) for i in range(1, n_steps + 1)]
@@ -47,10 +67,19 @@ def test_prompt_has_figure8_structure_and_taxonomy():
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert "diagnosing why AI agents fail" in msgs[0]["content"]
     user = msgs[1]["content"]
-    for needle in ("## Task Context", "put a clean soapbar in toilet", "## Failed Trajectory",
-                   "<reflection>", "DOMINANT_TYPE:", "RETRIEVAL_QUERY:", "point of no return",
-                   'OBSERVATION (step 1)', 'AGENT_ACTION (step 3) "go to cabinet 3"',
-                   "wrong_receptacle", "action_format_error"):
+    for needle in (
+        "## Task Context",
+        "put a clean soapbar in toilet",
+        "## Failed Trajectory",
+        "<reflection>",
+        "DOMINANT_TYPE:",
+        "RETRIEVAL_QUERY:",
+        "point of no return",
+        "OBSERVATION (step 1)",
+        'AGENT_ACTION (step 3) "go to cabinet 3"',
+        "wrong_receptacle",
+        "action_format_error",
+    ):
         assert needle in user, needle
 
 
@@ -106,8 +135,9 @@ def test_parse_markdown_quotes_and_case():
 
 
 def test_parse_missing_fields_and_unclosed_tag():
-    r = parse_reflection("<reflection>\nDOMINANT_TYPE: navigation_loop\nDETAIL: went "
-                         "back and forth\nCRITICAL_STEP: none", ALFWORLD)
+    r = parse_reflection(
+        "<reflection>\nDOMINANT_TYPE: navigation_loop\nDETAIL: went back and forth\nCRITICAL_STEP: none", ALFWORLD
+    )
     assert r.dominant_type == "navigation_loop"
     assert r.critical_step is None
     assert not r.parsed_ok
@@ -115,20 +145,25 @@ def test_parse_missing_fields_and_unclosed_tag():
 
 
 def test_parse_skips_echoed_schema():
-    text = ("<reflection>\nDOMINANT_TYPE: [category from Step 1]\nDETAIL: [1-2 sentences "
-            "explaining why this root cause applies]\n</reflection>\n" + WELL_FORMED)
+    text = (
+        "<reflection>\nDOMINANT_TYPE: [category from Step 1]\nDETAIL: [1-2 sentences "
+        "explaining why this root cause applies]\n</reflection>\n" + WELL_FORMED
+    )
     r = parse_reflection(text, ALFWORLD)
     assert r.dominant_type == "missing_precondition" and r.parsed_ok
 
 
-@pytest.mark.parametrize("raw,expected,status", [
-    ("Wrong location of target", "wrong_target_location", "mapped"),
-    ("Repetitive Exploration", "repetitive_exploration", "exact"),
-    ("wrong_receptacle because it used the fridge", "wrong_receptacle", "exact"),
-    ("premature give-up", "premature_give_up", "exact"),
-    ("looping navigation", "navigation_loop", "mapped"),
-    ("hallucination", "other", "other"),
-])
+@pytest.mark.parametrize(
+    "raw,expected,status",
+    [
+        ("Wrong location of target", "wrong_target_location", "mapped"),
+        ("Repetitive Exploration", "repetitive_exploration", "exact"),
+        ("wrong_receptacle because it used the fridge", "wrong_receptacle", "exact"),
+        ("premature give-up", "premature_give_up", "exact"),
+        ("looping navigation", "navigation_loop", "mapped"),
+        ("hallucination", "other", "other"),
+    ],
+)
 def test_off_taxonomy_labels_map_by_token_overlap(raw, expected, status):
     assert map_to_taxonomy(raw, ALFWORLD) == (expected, status)
 
@@ -153,8 +188,7 @@ def test_empty_taxonomy_keeps_normalised_label():
 
 
 def test_rule_reflection():
-    r = rule_reflection({"dominant_type": "Wrong Receptacle", "detail": "fridge",
-                         "critical_step": "step 4"}, ALFWORLD)
+    r = rule_reflection({"dominant_type": "Wrong Receptacle", "detail": "fridge", "critical_step": "step 4"}, ALFWORLD)
     assert r.source == "rule" and r.dominant_type == "wrong_receptacle"
     assert r.critical_step == 4 and r.retrieval_query
     assert rule_reflection(None, ALFWORLD) is None

@@ -17,16 +17,17 @@ from roleagent.methods.role_agent.aiw.retrieval import (
 
 
 def test_tokenize():
-    assert tokenize("The agent put Apples in the wrong_receptacle 1") == [
-        "put", "apple", "wrong", "receptacle"]
+    assert tokenize("The agent put Apples in the wrong_receptacle 1") == ["put", "apple", "wrong", "receptacle"]
 
 
 def test_bm25_ranking_sanity():
     idx = BM25Index()
-    docs = ["clean the soapbar at the sinkbasin before placing it",
-            "search the desk first for the desklamp",
-            "heat the egg in the microwave before placing it",
-            "clean the cloth at the sinkbasin before putting it in the toilet"]
+    docs = [
+        "clean the soapbar at the sinkbasin before placing it",
+        "search the desk first for the desklamp",
+        "heat the egg in the microwave before placing it",
+        "clean the cloth at the sinkbasin before putting it in the toilet",
+    ]
     for d in docs:
         idx.add(d)
     s = idx.scores("clean object at sinkbasin")
@@ -45,30 +46,33 @@ def test_bm25_ranking_sanity():
     assert BM25Index().scores("anything").shape == (0,)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("[1, 3]", [0, 2]),
-    ("1,3", [0, 2]),
-    ("Indices: 2 and 5", [1, 4]),
-    ("<selected_tasks>\nINDEX/TASK/REFLECTIONS: [4] \"TASK\": put cloth 1 in toilet 2\n"
-     "REASON: same missing precondition at step 3\nINDEX 7: REASON: x\n</selected_tasks>",
-     [3, 6]),
-    ("[4] \"TASK\": \"Put a clean cloth 1 in toilet.\"\n[2] \"TASK\": \"y\"", [3, 1]),
-    ("INDEX 2\nINDEX 2\nINDEX 99\nINDEX 0", [1]),  # duplicates and out of range dropped
-    ("3, 1, 4, 1, 5, 9", [2, 0, 3]),  # capped at limit=3
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("[1, 3]", [0, 2]),
+        ("1,3", [0, 2]),
+        ("Indices: 2 and 5", [1, 4]),
+        (
+            '<selected_tasks>\nINDEX/TASK/REFLECTIONS: [4] "TASK": put cloth 1 in toilet 2\n'
+            "REASON: same missing precondition at step 3\nINDEX 7: REASON: x\n</selected_tasks>",
+            [3, 6],
+        ),
+        ('[4] "TASK": "Put a clean cloth 1 in toilet."\n[2] "TASK": "y"', [3, 1]),
+        ("INDEX 2\nINDEX 2\nINDEX 99\nINDEX 0", [1]),  # duplicates and out of range dropped
+        ("3, 1, 4, 1, 5, 9", [2, 0, 3]),  # capped at limit=3
+    ],
+)
 def test_parse_selection(text, expected):
     assert parse_selection(text, 10, limit=3) == expected
 
 
-@pytest.mark.parametrize("text", ["", "none of them", "[99]", "<selected_tasks></selected_tasks>",
-                                  "INDEX 0"])
+@pytest.mark.parametrize("text", ["", "none of them", "[99]", "<selected_tasks></selected_tasks>", "INDEX 0"])
 def test_parse_selection_unusable(text):
     assert parse_selection(text, 10, limit=3) is None
 
 
 def ref(label: str, query: str, lesson: str = "") -> Reflection:
-    return Reflection(dominant_type=label, detail="", core_lesson=lesson,
-                      retrieval_query=query, source="policy")
+    return Reflection(dominant_type=label, detail="", core_lesson=lesson, retrieval_query=query, source="policy")
 
 
 @pytest.fixture()
@@ -92,8 +96,7 @@ def memory(tmp_path):
 def test_candidates_bounded_deduplicated_and_exclude_own_task(memory):
     r = Retriever(memory, "bm25", max_candidates=20, top_k=2, prefilter="hybrid")
     assert len(r) == 6
-    cands = r.candidates(ref("missing_precondition", "clean object before placing"),
-                         exclude_task="t/train/1")
+    cands = r.candidates(ref("missing_precondition", "clean object before placing"), exclude_task="t/train/1")
     tasks = [c.task_id for c in cands]
     assert "t/train/1" not in tasks
     assert len(tasks) == len(set(tasks))
@@ -101,13 +104,14 @@ def test_candidates_bounded_deduplicated_and_exclude_own_task(memory):
     assert tasks[0] == "t/train/2" and tasks[:3] == ["t/train/2", "t/train/5", "t/train/4"][:3]
     assert [c.same_type for c in cands] == [True, True, False]
     bounded = Retriever(memory, "bm25", max_candidates=1).candidates(
-        ref("missing_precondition", "clean"), exclude_task=None)
+        ref("missing_precondition", "clean"), exclude_task=None
+    )
     assert len(bounded) == 1
-    only_bm25 = Retriever(memory, "bm25", prefilter="bm25").candidates(
-        ref("other", "desklamp"), exclude_task=None)
+    only_bm25 = Retriever(memory, "bm25", prefilter="bm25").candidates(ref("other", "desklamp"), exclude_task=None)
     assert [c.task_id for c in only_bm25] == ["t/train/3"]
     only_type = Retriever(memory, "bm25", prefilter="type").candidates(
-        ref("wrong_target_location", "zzz"), exclude_task=None)
+        ref("wrong_target_location", "zzz"), exclude_task=None
+    )
     assert {c.task_id for c in only_type} == {"t/train/3", "t/train/4"}
 
 
@@ -116,7 +120,7 @@ def test_select_llm_and_fallback(memory):
     cands = r.candidates(ref("missing_precondition", "clean before placing"), "t/train/1")
     msgs = r.messages(ref("missing_precondition", "clean before placing"), cands)
     assert "curriculum designer" in msgs[0]["content"]
-    assert "[1] \"TASK\": \"task text t/train/2\"" in msgs[1]["content"]
+    assert '[1] "TASK": "task text t/train/2"' in msgs[1]["content"]
     assert "<selected_tasks>" in msgs[1]["content"]
     chosen, ok = r.select(cands, "INDEX 2 REASON: same")
     assert ok and [c.task_id for c in chosen] == [cands[1].task_id]

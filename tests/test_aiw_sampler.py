@@ -125,6 +125,6 @@ def test_state_dict_roundtrip_exact():
     same = TaskSampler(IDS)
     same.load_state_dict(state)
     assert np.array_equal(same.probabilities(), s.probabilities())
-    assert (same.sample(5, np.random.default_rng(3)) == s.sample(5, np.random.default_rng(3)))
+    assert same.sample(5, np.random.default_rng(3)) == s.sample(5, np.random.default_rng(3))
     with pytest.raises(ValueError):
         TaskSampler(IDS[:-1]).load_state_dict(state)

@@ -12,8 +12,14 @@ import pytest
 from roleagent.types import Step, Trajectory
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "alfworld")
-TYPES = ("pick_and_place", "look_at_obj_in_light", "pick_clean_then_place",
-         "pick_heat_then_place", "pick_cool_then_place", "pick_two_obj_and_place")
+TYPES = (
+    "pick_and_place",
+    "look_at_obj_in_light",
+    "pick_clean_then_place",
+    "pick_heat_then_place",
+    "pick_cool_then_place",
+    "pick_two_obj_and_place",
+)
 
 # ----------------------------------------------------------- real engine ------------
 
@@ -50,6 +56,7 @@ def test_tasks_ids_and_metadata(env):
     seen = {t.metadata["scene"] for t in env.tasks("valid_seen")}
     unseen = {t.metadata["scene"] for t in env.tasks("valid_unseen")}
     from roleagent.envs.alfworld.scenes import unseen_scenes
+
     assert unseen <= set(unseen_scenes()) and not (seen & set(unseen_scenes()))
 
 
@@ -137,8 +144,13 @@ def test_panels_identical_across_runs(tmp_path):
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=path)
-        out = subprocess.run([sys.executable, "-c", _HASH_SCRIPT, str(tmp_path / run)], env=env,
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", _HASH_SCRIPT, str(tmp_path / run)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         hashes.append(json.loads(out.strip().splitlines()[-1]))
     assert hashes[0] == hashes[1]
     assert hashes[0]["valid_seen"] != hashes[0]["valid_unseen"]
@@ -182,9 +194,21 @@ def test_diagnosis_on_a_real_failed_episode(env):
     steps = []
     for action in plan:
         r = env.step(action)
-        steps.append(Step(observation=obs, state_key=obs, prompt_ids=[], action_ids=[], action_logprobs=[],
-                          action_text=action, action=action, valid=True, reward=r.reward, done=r.done,
-                          info=r.info))
+        steps.append(
+            Step(
+                observation=obs,
+                state_key=obs,
+                prompt_ids=[],
+                action_ids=[],
+                action_logprobs=[],
+                action_text=action,
+                action=action,
+                valid=True,
+                reward=r.reward,
+                done=r.done,
+                info=r.info,
+            )
+        )
         obs = r.observation
     traj = Trajectory(task=task, steps=steps, success=False, final_observation=obs)
     d = env.diagnose(traj)
@@ -225,8 +249,13 @@ def test_expert_dataset_builder(env, tmp_path):
 
 
 def test_knob_overrides_get_their_own_ids(cache):
-    e = AlfWorldEnv(difficulty="easy", knobs={"n_receptacles": 8, "n_distractors": 3}, panel_size=1,
-                    cache_dir=cache, source="generated")
+    e = AlfWorldEnv(
+        difficulty="easy",
+        knobs={"n_receptacles": 8, "n_distractors": 3},
+        panel_size=1,
+        cache_dir=cache,
+        source="generated",
+    )
     task = e.tasks("valid_seen")[0]
     assert task.id.startswith("alfworld/easy-") and task.id.endswith("/valid_seen/pick_and_place/0000")
     assert task.payload["spec"]["knobs"]["n_receptacles"] == 8

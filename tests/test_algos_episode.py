@@ -53,8 +53,9 @@ def test_interleaved_trajectories_are_accepted():
     np.testing.assert_allclose(out, [1.5, 5.0, 1.0, 4.0, 2.0])
     np.testing.assert_allclose(episode_scores(["a", "b", "a"], [1, 3, 2]), [3, 3, 3])
     # episode advantages are per trajectory whatever the layout: GRPO scores a 3, b 7
-    np.testing.assert_allclose(grpo_advantages([0] * 5, ["a", "b", "a", "b", "a"], [1, 3, 0, 4, 2],
-                                               mode="mean_norm"), [-2, 2, -2, 2, -2])
+    np.testing.assert_allclose(
+        grpo_advantages([0] * 5, ["a", "b", "a", "b", "a"], [1, 3, 0, 4, 2], mode="mean_norm"), [-2, 2, -2, 2, -2]
+    )
 
 
 def test_trajectory_layout_interleaved_positions():

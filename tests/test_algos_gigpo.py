@@ -58,8 +58,14 @@ def test_anchor_pools_time_steps_but_not_episode_groups():
     anchors = build_state_groups(["g", "g", "g", "g", "h"], ["s", "u", "v", "s", "s"])
     assert anchors[0] == anchors[3] and anchors[4] != anchors[0]
     assert len(set(anchors.tolist())) == 4
-    out = gigpo_advantages(["g", "g", "g", "g", "h"], ["a", "a", "b", "b", "c"], [0, 1, 0, 0, 3],
-                           ["s", "u", "v", "s", "s"], gamma=1.0, mode="mean_norm")
+    out = gigpo_advantages(
+        ["g", "g", "g", "g", "h"],
+        ["a", "a", "b", "b", "c"],
+        [0, 1, 0, 0, 3],
+        ["s", "u", "v", "s", "s"],
+        gamma=1.0,
+        mode="mean_norm",
+    )
     # episode g: samples [1, 1, 0, 0] → ±0.5; h singleton sample → 3 - 0 = 3
     # step anchor s in g: a0 return 1, b1 return 0 → ±0.5
     np.testing.assert_allclose(out, [1.0, 0.5, -0.5, -1.0, 3.0])
@@ -67,6 +73,7 @@ def test_anchor_pools_time_steps_but_not_episode_groups():
 
 def test_invalid_penalty_changes_step_returns():
     from roleagent.algos import apply_invalid_penalty
+
     r = apply_invalid_penalty([0, 1, 0, 1], [True, True, False, True])  # b0 → -0.1
     out = gigpo_advantages([0] * 4, ["a", "a", "b", "b"], r, ["s", "t", "s", "t"], gamma=1.0, mode="mean_norm")
     # episode: scores a 1, b 0.9 → samples [1,1,.9,.9] mean .95 → ±0.05
@@ -110,7 +117,7 @@ def test_interleaved_batch_equals_consecutive_batch():
     g, t, r, st, pen = [], [], [], [], []
     for task in range(3):
         for k in range(4):
-            for step in range(int(rng.integers(1, 7))):
+            for _ in range(int(rng.integers(1, 7))):
                 g.append(f"g{task}"), t.append(f"g{task}/{k}"), r.append(float(rng.integers(0, 2)))
                 st.append(f"s{int(rng.integers(0, 3))}"), pen.append(0.1 * (rng.random() < 0.3))
     pos = np.array([t[:i].count(t[i]) for i in range(len(t))])

@@ -126,8 +126,17 @@ def test_wia_better_prediction_never_lowers_return_with_negative_task_return():
     groups, trajs, states = [0] * 4, ["a", "a", "b", "b"], ["s0", "s1", "s0", "s1"]
     scores = [[1.0], [np.nan], [0.0], [np.nan]]
     for placement in ("step", "reward"):
-        out = role_agent_advantages(groups, trajs, [0, 0, 0, 0], states, scores, penalties=[0, 0.1, 0, 0.1],
-                                    penalty_placement=placement, gamma=0.95, alpha=0.0)
+        out = role_agent_advantages(
+            groups,
+            trajs,
+            [0, 0, 0, 0],
+            states,
+            scores,
+            penalties=[0, 0.1, 0, 0.1],
+            penalty_placement=placement,
+            gamma=0.95,
+            alpha=0.0,
+        )
         np.testing.assert_allclose(out, [0.0, 0.0, 0.0, 0.0], atol=1e-12)
     # the caller folding the penalty itself (rewards [0, −0.1]): negative returns are not scaled
     out = role_agent_advantages(groups, trajs, [0, -0.1, 0, -0.1], states, scores, gamma=0.95, alpha=0.0)
@@ -140,8 +149,9 @@ def test_wia_better_prediction_never_lowers_return_with_negative_task_return():
     # "reward": discounted penalties [0.05, 0.1, 0] → [0.45, 0.4, 1.5]
     args = (["a"] * 3, [0, 0, 1], [[1.0], [np.nan], [0.5]])
     np.testing.assert_allclose(wia_returns(*args, penalties=[0, 0.1, 0], gamma=0.5), [0.5, 0.4, 1.5])
-    np.testing.assert_allclose(wia_returns(*args, penalties=[0, 0.1, 0], penalty_placement="reward", gamma=0.5),
-                               [0.45, 0.4, 1.5])
+    np.testing.assert_allclose(
+        wia_returns(*args, penalties=[0, 0.1, 0], penalty_placement="reward", gamma=0.5), [0.45, 0.4, 1.5]
+    )
 
 
 @pytest.mark.parametrize("placement", ["step", "reward"])
@@ -161,11 +171,13 @@ def test_wia_returns_monotone_in_every_prediction_score(placement):
 
 def test_wia_interleaved_batch_equals_consecutive_batch():
     # worked example of role_agent_advantages, step-major: a0, b0, a1
-    out = role_agent_advantages([0] * 3, ["a", "b", "a"], [0, 0, 1], ["s0", "s0", "s1"],
-                                [[1.0], [0.2], [0.5]], gamma=0.5, mode="mean_norm")
+    out = role_agent_advantages(
+        [0] * 3, ["a", "b", "a"], [0, 0, 1], ["s0", "s0", "s1"], [[1.0], [0.2], [0.5]], gamma=0.5, mode="mean_norm"
+    )
     np.testing.assert_allclose(out, [0.5 + 1 / 3, -0.5 - 2 / 3, 1 / 3])
-    np.testing.assert_allclose(wia_returns(["a", "b", "a"], [0, 0, 1], [[1.0], [0.2], [0.5]], gamma=0.5),
-                               [1.0, 0.0, 1.5])
+    np.testing.assert_allclose(
+        wia_returns(["a", "b", "a"], [0, 0, 1], [[1.0], [0.2], [0.5]], gamma=0.5), [1.0, 0.0, 1.5]
+    )
 
 
 def test_wia_returns_validates_scores():
@@ -179,20 +191,30 @@ def test_role_agent_worked_example_mean_norm():
     # one group, γ = 0.5: a = [s0, s1], rewards [0, 1], scores [[1.0], [0.5]]; b = [s0], [0], [[0.2]]
     # R: a → [0.5·2, 1·1.5] = [1.0, 1.5]; b → [0.0]
     # A^S: s0 = {1.0, 0.0} → ±0.5; s1 singleton → 0.   A^E: samples [1, 1, 0] − 2/3
-    out = role_agent_advantages([0] * 3, ["a", "a", "b"], [0, 1, 0], ["s0", "s1", "s0"],
-                                [[1.0], [0.5], [0.2]], gamma=0.5, mode="mean_norm")
+    out = role_agent_advantages(
+        [0] * 3, ["a", "a", "b"], [0, 1, 0], ["s0", "s1", "s0"], [[1.0], [0.5], [0.2]], gamma=0.5, mode="mean_norm"
+    )
     np.testing.assert_allclose(out, [0.5 + 1 / 3, 1 / 3, -0.5 - 2 / 3])
     # α = 0 leaves only the state term
-    out = role_agent_advantages([0] * 3, ["a", "a", "b"], [0, 1, 0], ["s0", "s1", "s0"],
-                                [[1.0], [0.5], [0.2]], gamma=0.5, mode="mean_norm", alpha=0.0)
+    out = role_agent_advantages(
+        [0] * 3,
+        ["a", "a", "b"],
+        [0, 1, 0],
+        ["s0", "s1", "s0"],
+        [[1.0], [0.5], [0.2]],
+        gamma=0.5,
+        mode="mean_norm",
+        alpha=0.0,
+    )
     np.testing.assert_allclose(out, [0.5, 0.0, -0.5])
 
 
 def test_role_agent_mean_std_norm_and_prediction_breaks_ties():
     # two trajectories through the same states with the same rewards; only predictions differ
     # γ = 1: R_task = [1, 1] each; a predicts perfectly (R = 2), b badly (R = 1.25 and 1.0)
-    out = role_agent_advantages([0] * 4, ["a", "a", "b", "b"], [0, 1, 0, 1], ["x", "y", "x", "y"],
-                                [[1.0], [1.0], [0.25], [0.0]], gamma=1.0)
+    out = role_agent_advantages(
+        [0] * 4, ["a", "a", "b", "b"], [0, 1, 0, 1], ["x", "y", "x", "y"], [[1.0], [1.0], [0.25], [0.0]], gamma=1.0
+    )
     # A^E = 0 (equal episodes). x: {2, 1.25}: mean 1.625, std 0.53033; y: {2, 1}: std 0.70711
     sx, sy = math.sqrt(2 * 0.375**2) + EPS, math.sqrt(0.5) + EPS
     np.testing.assert_allclose(out, [0.375 / sx, 0.5 / sy, -0.375 / sx, -0.5 / sy])
@@ -203,10 +225,10 @@ def test_role_agent_similarity_state_groups():
     s1 = "on the desk 1 you see a pen 1 and a book 2"
     s2 = "on the desk 1 you see a pen 1 and a book 3"  # 2·11/24 = 0.9167
     assert build_state_groups([0, 0], [s1, s2], similarity_threshold=0.9).tolist() == [0, 0]
-    out = role_agent_advantages([0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]],
-                                gamma=0.9, mode="mean_norm", similarity_threshold=0.9)
+    out = role_agent_advantages(
+        [0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]], gamma=0.9, mode="mean_norm", similarity_threshold=0.9
+    )
     # R = [1·2, 0] → state ±1; episode ±0.5
     np.testing.assert_allclose(out, [1.5, -1.5])
-    out = role_agent_advantages([0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]],
-                                gamma=0.9, mode="mean_norm")
+    out = role_agent_advantages([0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]], gamma=0.9, mode="mean_norm")
     np.testing.assert_allclose(out, [0.5, -0.5])  # exact hashing: singletons → A^S = 0

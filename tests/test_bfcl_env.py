@@ -32,8 +32,13 @@ def env() -> BFCLEnv:
 
 
 def _task(env: BFCLEnv, entry_id: str, split: str = "eval") -> Task:
-    return Task(id=data.task_id(split, entry_id), env="bfcl", payload={"entry_id": entry_id},
-                split=split, metadata={"category": data.category_of(entry_id)})
+    return Task(
+        id=data.task_id(split, entry_id),
+        env="bfcl",
+        payload={"entry_id": entry_id},
+        split=split,
+        metadata={"category": data.category_of(entry_id)},
+    )
 
 
 # ------------------------------------------------------------------ split ------------
@@ -45,8 +50,7 @@ def test_split_is_fixed_and_balanced(env):
     for tasks, split in ((train, "train"), (evl, "eval")):
         cats = [t.metadata["category"] for t in tasks]
         assert {c: cats.count(c) for c in data.CATEGORIES} == dict.fromkeys(data.CATEGORIES, 100)
-        assert all(t.id == f"bfcl/{split}/{t.payload['entry_id']}" and t.split == split
-                   for t in tasks)
+        assert all(t.id == f"bfcl/{split}/{t.payload['entry_id']}" and t.split == split for t in tasks)
     assert not {t.payload["entry_id"] for t in train} & {t.payload["entry_id"] for t in evl}
     # machine-independent: the id lists hash to constants
     for split, sha in (("train", TRAIN_SHA), ("eval", EVAL_SHA)):
@@ -208,8 +212,7 @@ def test_step_limit_is_per_user_turn_as_bfcl():
 def _recipe_names() -> list[str]:
     """Every shipped recipe whose environment is bfcl (grpo_bfcl, seal_bfcl*)."""
     recipes = Path(roleagent.__file__).parent / "recipes"
-    return [p.stem for p in sorted(recipes.glob("*.yaml"))
-            if (read_recipe(p).get("env") or {}).get("name") == "bfcl"]
+    return [p.stem for p in sorted(recipes.glob("*.yaml")) if (read_recipe(p).get("env") or {}).get("name") == "bfcl"]
 
 
 @pytest.mark.parametrize("recipe", _recipe_names())
@@ -235,9 +238,21 @@ def test_expert_trajectory_diagnosis_all_pass(env):
     while True:
         a = env.expert_action()
         r = env.step(a)
-        traj.steps.append(Step(observation="", state_key="", prompt_ids=[], action_ids=[],
-                               action_logprobs=[], action_text=a, action=a, valid=True,
-                               reward=r.reward, done=r.done, info=r.info))
+        traj.steps.append(
+            Step(
+                observation="",
+                state_key="",
+                prompt_ids=[],
+                action_ids=[],
+                action_logprobs=[],
+                action_text=a,
+                action=a,
+                valid=True,
+                reward=r.reward,
+                done=r.done,
+                info=r.info,
+            )
+        )
         if r.done:
             break
     d = env.diagnose(traj)
@@ -299,8 +314,7 @@ def test_verdict_matches_official_multi_turn_checker():
             if r.done:
                 break
         entry = data.entry(task.payload["entry_id"])
-        official = multi_turn_checker(decoded, entry["ground_truth"], entry, entry["category"],
-                                      f"parity_{n}_{kind}")
+        official = multi_turn_checker(decoded, entry["ground_truth"], entry, entry["category"], f"parity_{n}_{kind}")
         ours = r.info["official"]
         assert ours["valid"] == official["valid"], (task.id, kind, ours, official)
         if not official["valid"]:
@@ -366,8 +380,9 @@ def _play_plan(env: BFCLEnv, task: Task, edit) -> tuple[dict, dict]:
         if r.done:
             break
     entry = data.entry(task.payload["entry_id"])
-    official = multi_turn_checker(decoded, entry["ground_truth"], entry, entry["category"],
-                                  f"probe_{task.payload['entry_id']}")
+    official = multi_turn_checker(
+        decoded, entry["ground_truth"], entry, entry["category"], f"probe_{task.payload['entry_id']}"
+    )
     return r.info["official"], official
 
 
@@ -383,8 +398,9 @@ def _early_heldout(plan, ep):
 def _malformed_next_to_valid(plan, ep):
     """The first non-empty turn's ground-truth step also holds a broken block."""
     turn = next(i for i, t in enumerate(ep.turns) if t.gt_parsed)
-    plan[turn][0] = _step(ep.turns[turn].gt_parsed,
-                          '\n<tool_call>\n{"name": "cd", "arguments": {"folder": }\n</tool_call>')
+    plan[turn][0] = _step(
+        ep.turns[turn].gt_parsed, '\n<tool_call>\n{"name": "cd", "arguments": {"folder": }\n</tool_call>'
+    )
     return plan
 
 
@@ -399,15 +415,18 @@ def _unedited(plan, ep):
     return plan
 
 
-@pytest.mark.parametrize("entry_id,edit,bfcl_valid", [
-    ("multi_turn_miss_func_6", _early_heldout, False),  # the early touch lands in the root
-    ("multi_turn_miss_func_10", _early_heldout, False),
-    ("multi_turn_miss_func_39", _early_heldout, True),  # the later mkdir just errors
-    ("multi_turn_base_3", _malformed_next_to_valid, False),
-    ("multi_turn_base_3", _malformed_then_retry, False),
-    ("multi_turn_long_context_1", _malformed_next_to_valid, False),
-    ("multi_turn_miss_param_1", _unedited, True),
-])
+@pytest.mark.parametrize(
+    "entry_id,edit,bfcl_valid",
+    [
+        ("multi_turn_miss_func_6", _early_heldout, False),  # the early touch lands in the root
+        ("multi_turn_miss_func_10", _early_heldout, False),
+        ("multi_turn_miss_func_39", _early_heldout, True),  # the later mkdir just errors
+        ("multi_turn_base_3", _malformed_next_to_valid, False),
+        ("multi_turn_base_3", _malformed_then_retry, False),
+        ("multi_turn_long_context_1", _malformed_next_to_valid, False),
+        ("multi_turn_miss_param_1", _unedited, True),
+    ],
+)
 def test_verdict_matches_official_checker_on_protocol_probes(entry_id, edit, bfcl_valid):
     """Calls to held-out tools and broken blocks next to valid ones are scored as bfcl's
     inference loop + multi_turn_checker score them (the old env rejected the former and
@@ -422,12 +441,22 @@ def test_verdict_matches_official_checker_on_protocol_probes(entry_id, edit, bfc
 
 
 def test_bfcl_table_format():
-    results = {"bfcl/eval/multi_turn_base_1": True, "bfcl/eval/multi_turn_base_6": False,
-               "bfcl/eval/multi_turn_miss_func_2": True, "multi_turn_long_context_3": False}
+    results = {
+        "bfcl/eval/multi_turn_base_1": True,
+        "bfcl/eval/multi_turn_base_6": False,
+        "bfcl/eval/multi_turn_miss_func_2": True,
+        "multi_turn_long_context_3": False,
+    }
     table = bfcl_table({"model-a": results})
     lines = table.splitlines()
-    assert lines[0].split("|")[1:-1] == [" Model   ", " Base  ", " Miss Func ", " Miss Param ",
-                                         " Long Context ", " Avg   "]
+    assert lines[0].split("|")[1:-1] == [
+        " Model   ",
+        " Base  ",
+        " Miss Func ",
+        " Miss Param ",
+        " Long Context ",
+        " Avg   ",
+    ]
     row = [c.strip() for c in lines[2].split("|")[1:-1]]
     assert row == ["model-a", "50.00", "100.00", "-", "0.00", "50.00"]
     assert bfcl_table({"m": results}, fmt="tsv").splitlines()[1].split("\t")[-1] == "50.00"

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from roleagent.envs.bfcl.interface import (
-    GUIDELINES, FailureProfile, parse_enum, recovery_hint, schema_cues)
+from roleagent.envs.bfcl.interface import GUIDELINES, FailureProfile, parse_enum, recovery_hint, schema_cues
 
 
 def test_parse_enum_both_bfcl_spellings():
@@ -17,10 +16,18 @@ def test_parse_enum_both_bfcl_spellings():
 
 
 def test_schema_cues_mark_required_and_enum_without_touching_the_original():
-    doc = {"name": "wc", "description": "count", "parameters": {"type": "dict", "properties": {
-        "file_name": {"type": "string", "description": "The file."},
-        "mode": {"type": "string", "description": 'Mode. [Enum]: ["lines", "words"]', "default": "lines"}},
-        "required": ["file_name"]}}
+    doc = {
+        "name": "wc",
+        "description": "count",
+        "parameters": {
+            "type": "dict",
+            "properties": {
+                "file_name": {"type": "string", "description": "The file."},
+                "mode": {"type": "string", "description": 'Mode. [Enum]: ["lines", "words"]', "default": "lines"},
+            },
+            "required": ["file_name"],
+        },
+    }
     cued = schema_cues(doc)
     props = cued["parameters"]["properties"]
     assert props["file_name"]["description"].startswith("[required]")
@@ -58,8 +65,12 @@ def test_failure_profile_selection_rules_and_state():
     assert q.stats() == s and q.select_guidelines() == p.select_guidelines()
     # at most three, ranked by prevalence * (1 - reward_mean)
     r = FailureProfile(window=50)
-    for tag, n in (("invalid_tool_call", 10), ("argument_mismatch", 12), ("state_mismatch", 9),
-                   ("recovery_failure", 11)):
+    for tag, n in (
+        ("invalid_tool_call", 10),
+        ("argument_mismatch", 12),
+        ("state_mismatch", 9),
+        ("recovery_failure", 11),
+    ):
         for _ in range(n):
             r.update([tag], 0.0)
     assert r.select_guidelines() == ["argument_mismatch", "recovery_failure", "invalid_tool_call"]
@@ -134,7 +145,6 @@ def test_evolved_interface_never_depends_on_the_answer():
         _, info = env.reset(task, seed=0)
         by_classes.setdefault(tuple(sorted(task.metadata["involved_classes"])), []).append(info["instruction"])
         _, pinfo = plain.reset(task, seed=0)
-        added = info["instruction"].replace(pinfo["instruction"], "")
         for turn in data.entry(task.payload["entry_id"])["ground_truth"]:
             for call in turn:
                 for value in call.split("=")[1:]:

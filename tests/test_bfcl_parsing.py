@@ -18,16 +18,20 @@ def _best_time(fn, repeats: int = 3) -> float:
     return best
 
 
-@pytest.mark.parametrize("unit", [
-    "<tool_call>",                     # a run of unclosed tags: the lazy regex was quadratic
-    "<tool_call>{}",                   # unclosed tags with bodies
-    "<tool_call></tool_call",          # near-miss closing tags
-    "```\n",                           # fence markers (python format)
-])
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "<tool_call>",  # a run of unclosed tags: the lazy regex was quadratic
+        "<tool_call>{}",  # unclosed tags with bodies
+        "<tool_call></tool_call",  # near-miss closing tags
+        "```\n",  # fence markers (python format)
+    ],
+)
 @pytest.mark.parametrize("call_format", ["qwen", "python"])
 def test_parsing_is_linear_on_adversarial_output(unit, call_format):
     """Scaling ratio, not absolute time (robust on a loaded machine): 4x the input must
     cost well under 16x (quadratic); the old regex gave ~11-16x, linear code gives ~4x."""
+
     def run(n_chars: int):
         text = unit * (n_chars // len(unit))
         return lambda: parse_turn(text, call_format, max_chars=10**6, max_calls=10**6)
@@ -40,16 +44,19 @@ def test_parsing_is_linear_on_adversarial_output(unit, call_format):
 def test_blocks_are_found_in_order_and_unclosed_tags_are_ignored():
     text = 'a<tool_call>{"x": 1}</tool_call> b <tool_call>2</tool_call><tool_call>{"y"'
     assert tool_call_blocks(text) == ['{"x": 1}', "2"]
-    assert not parse_turn("<tool_call>{\"name\": \"ls\"").has_calls  # bfcl sees no block
+    assert not parse_turn('<tool_call>{"name": "ls"').has_calls  # bfcl sees no block
 
 
-@pytest.mark.parametrize("body,message", [
-    ('{"name": "cd", "name": "rm", "arguments": {}}', "duplicate key 'name'"),
-    ('{"name": "cd", "arguments": {"folder": "a", "folder": "b"}}', "duplicate key 'folder'"),
-    ('{"name": "add", "arguments": {"a": NaN, "b": 1}}', "NaN is not allowed"),
-    ('{"name": "add", "arguments": {"a": Infinity}}', "Infinity is not allowed"),
-    ('{"name": "add", "arguments": "{\\"a\\": -Infinity}"}', "'arguments' is a string that is not"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ('{"name": "cd", "name": "rm", "arguments": {}}', "duplicate key 'name'"),
+        ('{"name": "cd", "arguments": {"folder": "a", "folder": "b"}}', "duplicate key 'folder'"),
+        ('{"name": "add", "arguments": {"a": NaN, "b": 1}}', "NaN is not allowed"),
+        ('{"name": "add", "arguments": {"a": Infinity}}', "Infinity is not allowed"),
+        ('{"name": "add", "arguments": "{\\"a\\": -Infinity}"}', "'arguments' is a string that is not"),
+    ],
+)
 def test_duplicate_keys_and_non_finite_constants_are_invalid(body, message):
     turn = parse_turn(f"<tool_call>\n{body}\n</tool_call>")
     assert turn.has_calls and len(turn.calls) == 1
@@ -67,11 +74,9 @@ def test_strict_json_call_is_an_invalid_action_in_the_env():
 
     env = BFCLEnv()
     entry_id = "multi_turn_base_1"
-    env.reset(Task(id=data.task_id("eval", entry_id), env="bfcl",
-                   payload={"entry_id": entry_id}, split="eval"), seed=0)
+    env.reset(Task(id=data.task_id("eval", entry_id), env="bfcl", payload={"entry_id": entry_id}, split="eval"), seed=0)
     before = env.episode.model.snapshot()
-    r = env.step('<tool_call>\n{"name": "cd", "arguments": {"folder": "workspace", '
-                 '"folder": "x"}}\n</tool_call>')
+    r = env.step('<tool_call>\n{"name": "cd", "arguments": {"folder": "workspace", "folder": "x"}}\n</tool_call>')
     assert r.info["action_valid"] is False and "duplicate key 'folder'" in r.info["decode_error"]
     assert r.info["calls"][0]["status"] == "parse_error"
     assert env.episode.model.snapshot() == before  # nothing ran

@@ -14,15 +14,20 @@ def _words(text: str) -> int:
 
 
 def _transcript() -> list[dict[str, str]]:
-    return [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "c"},
-            {"role": "tool", "content": " ".join(["r"] * 10)},
-            {"role": "user", "content": "u2"}, {"role": "assistant", "content": "c"},
-            {"role": "tool", "content": " ".join(["q"] * 9)}]
+    return [
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "c"},
+        {"role": "tool", "content": " ".join(["r"] * 10)},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "c"},
+        {"role": "tool", "content": " ".join(["q"] * 9)},
+    ]
 
 
 def _trim(budget: int) -> list[tuple[str, str]]:
-    out = chat_messages(instruction="s", transcript=_transcript(), count_tokens=_words,
-                        budget=budget, message_overhead=0)
+    out = chat_messages(
+        instruction="s", transcript=_transcript(), count_tokens=_words, budget=budget, message_overhead=0
+    )
     return [(m["role"], m["content"]) for m in out]
 
 
@@ -31,16 +36,21 @@ def test_trimming_worked_example_from_docstring():
     full = [("system", "s")] + [(m["role"], m["content"]) for m in _transcript()]
     assert _trim(24) == full  # fits: untouched
     assert _trim(23) == full[:3] + [("tool", TRIMMED_TOOL_RESULT)] + full[4:]  # oldest first
-    assert _trim(20) == [("system", "s"), ("assistant", "c"), ("tool", TRIMMED_TOOL_RESULT),
-                         ("user", "u2"), ("assistant", "c"), ("tool", TRIMMED_TOOL_RESULT)]
+    assert _trim(20) == [
+        ("system", "s"),
+        ("assistant", "c"),
+        ("tool", TRIMMED_TOOL_RESULT),
+        ("user", "u2"),
+        ("assistant", "c"),
+        ("tool", TRIMMED_TOOL_RESULT),
+    ]
     assert _trim(5) == [("system", "s"), ("user", "u2")]  # never the current request
     assert _trim(0) == [("system", "s"), ("user", "u2")]
 
 
 def test_trimming_never_mutates_the_transcript():
     transcript = _transcript()
-    chat_messages(instruction="s", transcript=transcript, count_tokens=_words, budget=0,
-                  message_overhead=0)
+    chat_messages(instruction="s", transcript=transcript, count_tokens=_words, budget=0, message_overhead=0)
     assert transcript == _transcript()
 
 
@@ -56,8 +66,13 @@ def _task(entry_id: str):
     from roleagent.types import Task
 
     split = "train" if entry_id in data.split_ids("train") else "eval"
-    return Task(id=data.task_id(split, entry_id), env="bfcl", payload={"entry_id": entry_id},
-                split=split, metadata={"category": data.category_of(entry_id)})
+    return Task(
+        id=data.task_id(split, entry_id),
+        env="bfcl",
+        payload={"entry_id": entry_id},
+        split=split,
+        metadata={"category": data.category_of(entry_id)},
+    )
 
 
 def _play(env: BFCLEnv, actions: list[str]) -> tuple[str, list[dict[str, str]]]:
@@ -79,16 +94,13 @@ def test_request_stays_in_the_prompt_after_tool_calls():
     env = BFCLEnv()
     request = data.entry("multi_turn_base_1")["question"][0][0]["content"]
     instruction, transcript = _play(env, [CALL, CALL])
-    messages = chat_messages(instruction=instruction, transcript=transcript,
-                             count_tokens=_words, budget=10**6)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool",
-                                             "assistant", "tool"]
+    messages = chat_messages(instruction=instruction, transcript=transcript, count_tokens=_words, budget=10**6)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assert messages[0]["content"] == instruction and messages[1]["content"] == request
     assert messages[2]["content"] == CALL and "workspace" in messages[3]["content"]
     # the turn ends: the next request joins the conversation, the first one stays
     instruction, transcript = _play(env, [CALL, "It holds workspace.", CALL])
-    messages = chat_messages(instruction=instruction, transcript=transcript,
-                             count_tokens=_words, budget=10**6)
+    messages = chat_messages(instruction=instruction, transcript=transcript, count_tokens=_words, budget=10**6)
     users = [m["content"] for m in messages if m["role"] == "user"]
     assert users == [request, data.entry("multi_turn_base_1")["question"][1][0]["content"]]
     assert messages[-1]["role"] == "tool"
@@ -99,18 +111,15 @@ def test_tight_budget_drops_old_tool_results_first_and_keeps_the_request():
     instruction, transcript = _play(env, [FIND, "It holds workspace.", CALL, CALL])
     current = transcript[4]["content"]  # the second user turn
     assert transcript[4]["role"] == "user"
-    full = chat_messages(instruction=instruction, transcript=transcript, count_tokens=len,
-                         budget=10**6)
+    full = chat_messages(instruction=instruction, transcript=transcript, count_tokens=len, budget=10**6)
     size = sum(len(m["content"]) + 8 for m in full)
     toollen = len(transcript[2]["content"])  # the oldest tool result
     saved = toollen - len(TRIMMED_TOOL_RESULT)
     assert saved > 0
-    one = chat_messages(instruction=instruction, transcript=transcript, count_tokens=len,
-                        budget=size - saved)
+    one = chat_messages(instruction=instruction, transcript=transcript, count_tokens=len, budget=size - saved)
     assert one[3] == {"role": "tool", "content": TRIMMED_TOOL_RESULT}  # oldest trimmed
     assert one[1:3] == full[1:3] and one[4:] == full[4:]  # nothing else touched
-    tiny = chat_messages(instruction=instruction, transcript=transcript, count_tokens=len,
-                         budget=1)
+    tiny = chat_messages(instruction=instruction, transcript=transcript, count_tokens=len, budget=1)
     assert tiny == [full[0], {"role": "user", "content": current}]
 
 
@@ -130,8 +139,12 @@ def test_rollout_prompts_carry_the_conversation(scripted_engine):
     engine.encode_chat = lambda messages, **kw: (prompts.append(messages), encode(messages, **kw))[1]
     request = data.entry("multi_turn_base_1")["question"][0][0]["content"]
     with EnvPool("bfcl", {}, slots=1, processes=False) as pool:
-        run_episodes(engine=engine, pool=pool, jobs=[(_task("multi_turn_base_1"), 0)],
-                     settings=RolloutSettings(max_steps=4, action_format="raw"))
+        run_episodes(
+            engine=engine,
+            pool=pool,
+            jobs=[(_task("multi_turn_base_1"), 0)],
+            settings=RolloutSettings(max_steps=4, action_format="raw"),
+        )
     third = prompts[2]
     assert [m["role"] for m in third] == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assert third[1]["content"] == request

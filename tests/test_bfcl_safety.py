@@ -18,8 +18,7 @@ from roleagent.types import Task  # noqa: E402
 
 def _task(entry_id: str) -> Task:
     split = "eval" if entry_id in data.split_ids("eval") else "train"
-    return Task(id=data.task_id(split, entry_id), env="bfcl", payload={"entry_id": entry_id},
-                split=split)
+    return Task(id=data.task_id(split, entry_id), env="bfcl", payload={"entry_id": entry_id}, split=split)
 
 
 def _qwen(name, arguments) -> str:
@@ -32,6 +31,7 @@ def no_eval(monkeypatch):
     import importlib
 
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils  # noqa: F401
+
     for module, _ in data.BACKENDS.values():  # imports use exec: do them before patching
         importlib.import_module(module)
     calls = []
@@ -59,13 +59,13 @@ def _attempts(sentinel) -> dict[str, list[str]]:
             _qwen("_load_scenario", {"scenario": {}}),
             _qwen("eval", {"source": f"__import__('os').system('{cmd}')"}),
             _qwen("system", {"command": cmd}),
-            _qwen("cd", {"folder": {"__class__": "x"}}),           # type check
-            _qwen("cd", {"folder": "x", "__class__": 1}),           # unexpected argument
-            _qwen("cd", {}),                                         # missing required
-            "<tool_call>\n{\"name\": \"cd\", \"arguments\": {\"folder\": __import__('os')}}\n</tool_call>",
+            _qwen("cd", {"folder": {"__class__": "x"}}),  # type check
+            _qwen("cd", {"folder": "x", "__class__": 1}),  # unexpected argument
+            _qwen("cd", {}),  # missing required
+            '<tool_call>\n{"name": "cd", "arguments": {"folder": __import__(\'os\')}}\n</tool_call>',
             "<tool_call>{not json at all</tool_call>",
             "<tool_call>\n" + json.dumps({"name": "cd", "arguments": json.dumps({"folder": "x"})})[:-3],
-            _qwen("mkdir", {"dir_name": "d" * 20000}),              # oversized action
+            _qwen("mkdir", {"dir_name": "d" * 20000}),  # oversized action
         ],
         "python": [
             f"[__import__('os').system('{cmd}')]",
@@ -166,8 +166,9 @@ def _bfcl_pool():
 def _first_with(backend: str, category: str = "base") -> str:
     """The first entry of ``category`` whose backends include ``backend``."""
     ids = [i for s in ("train", "eval") for i in data.split_ids(s)]
-    return next(i for i in ids if backend in data.entry(i)["involved_classes"]
-                and data.entry(i)["category"] == category)
+    return next(
+        i for i in ids if backend in data.entry(i)["involved_classes"] and data.entry(i)["category"] == category
+    )
 
 
 def test_undecodable_file_name_reaches_the_tokenizer_as_text(tiny_policy):
@@ -179,10 +180,13 @@ def test_undecodable_file_name_reaches_the_tokenizer_as_text(tiny_policy):
     engine = HFEngine(tiny_policy)
     with _bfcl_pool() as pool:
         pool.reset([(0, _task("multi_turn_base_3"), 0)])
-        for name, arguments in [("cd", {"folder": "\\ud800"}), ("mkdir", {"dir_name": "\\ud800"}),
-                                ("mv", {"source": "\\ud800", "destination": "q"})]:
-            action = ('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
-                      % (name, json.dumps(arguments).replace("\\\\", "\\")))
+        for name, arguments in [
+            ("cd", {"folder": "\\ud800"}),
+            ("mkdir", {"dir_name": "\\ud800"}),
+            ("mv", {"source": "\\ud800", "destination": "q"}),
+        ]:
+            arguments_json = json.dumps(arguments).replace("\\\\", "\\")
+            action = f'<tool_call>\n{{"name": "{name}", "arguments": {arguments_json}}}\n</tool_call>'
             reply = pool.step([(0, action)])[0]
             assert not reply.crashed
             call = reply.info["calls"][0]
@@ -211,10 +215,12 @@ def test_costly_arguments_are_refused_quickly_and_contexts_restored():
     env = BFCLEnv(max_steps=200, max_steps_per_turn=200)
     env.reset(_task(_first_with("MathAPI")), seed=0)
     prec, dps = decimal.getcontext().prec, mpmath.mp.dps
-    for name, arguments in [("square_root", {"number": 2, "precision": 10**6}),
-                            ("logarithm", {"value": 2, "base": 3, "precision": 10**6}),
-                            ("power", {"base": 10, "exponent": 10**8}),
-                            ("round_number", {"number": 5, "decimal_places": -10**8})]:
+    for name, arguments in [
+        ("square_root", {"number": 2, "precision": 10**6}),
+        ("logarithm", {"value": 2, "base": 3, "precision": 10**6}),
+        ("power", {"base": 10, "exponent": 10**8}),
+        ("round_number", {"number": 5, "decimal_places": -(10**8)}),
+    ]:
         started = time.perf_counter()
         call = env.step(_qwen(name, arguments)).info["calls"][0]
         assert time.perf_counter() - started < 1.0, name
@@ -255,10 +261,18 @@ def test_tool_call_cpu_deadline(monkeypatch):
 
 def test_file_system_growth_and_observation_are_bounded():
     # each round nests two shared copies of ``a`` in a new ``a``: find's paths double
-    round_ = "\n".join([_qwen("mkdir", {"dir_name": "t"}), _qwen("cp", {"source": "a", "destination": "t"}),
-                        _qwen("cd", {"folder": "t"}), _qwen("cp", {"source": "a", "destination": "b"}),
-                        _qwen("cd", {"folder": ".."}), _qwen("rm", {"file_name": "a"}),
-                        _qwen("mv", {"source": "t", "destination": "a"}), _qwen("find", {"path": "."})])
+    round_ = "\n".join(
+        [
+            _qwen("mkdir", {"dir_name": "t"}),
+            _qwen("cp", {"source": "a", "destination": "t"}),
+            _qwen("cd", {"folder": "t"}),
+            _qwen("cp", {"source": "a", "destination": "b"}),
+            _qwen("cd", {"folder": ".."}),
+            _qwen("rm", {"file_name": "a"}),
+            _qwen("mv", {"source": "t", "destination": "a"}),
+            _qwen("find", {"path": "."}),
+        ]
+    )
     with _bfcl_pool() as pool:
         pool.reset([(0, _task("multi_turn_base_3"), 0)])
         pool.step([(0, _qwen("mkdir", {"dir_name": "a"}))])
@@ -270,14 +284,14 @@ def test_file_system_growth_and_observation_are_bounded():
             kinds += [c["error_kind"] for c in reply.info["calls"]]
         fs = pool._slots[0].env.episode.model.instances["GorillaFileSystem"]
         from roleagent.envs.bfcl.executor import MAX_STATE_ITEMS, state_size  # noqa: PLC0415
+
         assert state_size(fs, 10**7, 10**9)[0] <= 2 * MAX_STATE_ITEMS
     assert "resource_limit" in kinds
     assert "characters truncated ..." in reply.observation or len(reply.observation) < limit
 
 
 def test_long_context_travel_state_does_not_leak_between_episodes():
-    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.long_context import (  # noqa: PLC0415
-        CREDIT_CARD_EXTENSION)
+    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.long_context import CREDIT_CARD_EXTENSION  # noqa: PLC0415
 
     entry_id = _first_with("TravelAPI", "long_context")
     card = next(iter(CREDIT_CARD_EXTENSION))
@@ -289,12 +303,35 @@ def test_long_context_travel_state_does_not_leak_between_episodes():
         travel = env.episode.model.instances["TravelAPI"]
         balances.append(travel.credit_card_list[card]["balance"])
         travel.budget_limit = None
-        token = json.loads(env.step(_qwen("authenticate_travel", {
-            "client_id": "c", "client_secret": "s", "refresh_token": "r", "grant_type": "read_write",
-            "user_first_name": "A", "user_last_name": "B"})).info["calls"][0]["result"])["access_token"]
-        r = env.step(_qwen("book_flight", {
-            "access_token": token, "card_id": card, "travel_date": "2024-11-15", "travel_from": "SFO",
-            "travel_to": "LAX", "travel_class": "economy", "travel_cost": 100.0}))
+        token = json.loads(
+            env.step(
+                _qwen(
+                    "authenticate_travel",
+                    {
+                        "client_id": "c",
+                        "client_secret": "s",
+                        "refresh_token": "r",
+                        "grant_type": "read_write",
+                        "user_first_name": "A",
+                        "user_last_name": "B",
+                    },
+                )
+            ).info["calls"][0]["result"]
+        )["access_token"]
+        r = env.step(
+            _qwen(
+                "book_flight",
+                {
+                    "access_token": token,
+                    "card_id": card,
+                    "travel_date": "2024-11-15",
+                    "travel_from": "SFO",
+                    "travel_to": "LAX",
+                    "travel_class": "economy",
+                    "travel_cost": 100.0,
+                },
+            )
+        )
         assert r.info["calls"][0]["status"] == "ok", r.info["calls"][0]
     assert balances == [original, original]
     assert CREDIT_CARD_EXTENSION[card]["balance"] == original

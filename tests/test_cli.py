@@ -11,8 +11,9 @@ ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
 
 
 def cli(*args, check=True):
-    result = subprocess.run([sys.executable, "-m", "roleagent.cli", *args], capture_output=True, text=True,
-                            env=ENV, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "roleagent.cli", *args], capture_output=True, text=True, env=ENV, timeout=600
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"roleagent {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
@@ -21,20 +22,49 @@ def cli(*args, check=True):
 @pytest.mark.slow
 def test_train_view_eval_smoke(tmp_path):
     run = tmp_path / "run"
-    out = cli("train", "role_agent_textcraft", "--set", "model.name=tiny", "--set", f"run_dir={run}",
-              "--set", "iterations=1", "--set", "rollout.tasks_per_iter=2", "--set", "rollout.group_size=2",
-              "--set", "rollout.max_new_tokens=4", "--set", "wia.max_new_tokens=4", "--set", "eval.max_tasks=2",
-              "--set", "env.kwargs={difficulty: easy, max_steps: 2}", "--set", "tensorboard=false")
+    out = cli(
+        "train",
+        "role_agent_textcraft",
+        "--set",
+        "model.name=tiny",
+        "--set",
+        f"run_dir={run}",
+        "--set",
+        "iterations=1",
+        "--set",
+        "rollout.tasks_per_iter=2",
+        "--set",
+        "rollout.group_size=2",
+        "--set",
+        "rollout.max_new_tokens=4",
+        "--set",
+        "wia.max_new_tokens=4",
+        "--set",
+        "eval.max_tasks=2",
+        "--set",
+        "env.kwargs={difficulty: easy, max_steps: 2}",
+        "--set",
+        "tensorboard=false",
+    )
     assert "textcraft eval success (%)" in out.stdout and "before" in out.stdout and "after" in out.stdout
-    for name in ("config.yaml", "metrics.jsonl", "summary.json", "eval_table.txt", "checkpoints/latest",
-                 "rollouts/iter_000000.jsonl", "rollouts/eval_before.jsonl"):
+    for name in (
+        "config.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "eval_table.txt",
+        "checkpoints/latest",
+        "rollouts/iter_000000.jsonl",
+        "rollouts/eval_before.jsonl",
+    ):
         assert (run / name).exists(), name
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["evals"]) == {"before", "after"}
     trajectory = json.loads((run / "rollouts" / "iter_000000.jsonl").read_text().splitlines()[0])
     assert trajectory["task_id"].startswith("textcraft/")
     step = trajectory["steps"][0]  # what the algorithm computed, and World-In-Agent's record
-    assert set(step["extras"]) == {"wia", "algo"} and {"advantage", "episode", "step", "state_group"} <= set(step["extras"]["algo"])
+    assert set(step["extras"]) == {"wia", "algo"} and {"advantage", "episode", "step", "state_group"} <= set(
+        step["extras"]["algo"]
+    )
     assert "scores" in step["extras"]["wia"] and "ids" not in step["extras"]["wia"]  # no token data in dumps
 
     listing = cli("view", str(run)).stdout

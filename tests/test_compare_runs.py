@@ -16,8 +16,12 @@ def _run(path: Path, *, loss: float, prediction: str, new_field: bool = False) -
     (path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     step = {"action": "go", "reward": 1.0, "predictions": [prediction], "prediction_scores": [0.5]}
     if new_field:  # a newer dump: WIA record moved, advantage added
-        step = {"action": "go", "reward": 1.0, "advantage": 0.3,
-                "extras": {"wia": {"predictions": [prediction], "scores": [0.5]}}}
+        step = {
+            "action": "go",
+            "reward": 1.0,
+            "advantage": 0.3,
+            "extras": {"wia": {"predictions": [prediction], "scores": [0.5]}},
+        }
     (path / "rollouts" / "iter_000000.jsonl").write_text(json.dumps({"task_id": "t", "steps": [step]}) + "\n")
     return path
 

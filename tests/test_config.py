@@ -39,16 +39,19 @@ def test_overrides_parse_yaml_values():
         apply_overrides({}, ["novalue"])
 
 
-@pytest.mark.parametrize("override,message", [
-    (["optim.mini_batches=100"], "exceeds the 16 episodes"),
-    (["rollout.group_size=1"], "group_size must be >= 2"),
-    (["algo.name=ppo2"], "algo.name: unknown estimator 'ppo2'"),
-    (["algo.name=grpoo"], "did you mean 'grpo'"),
-    (["model.engine=vllm2"], "model.engine: unknown engine .vllm2."),
-    (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
-    (["optim.dual_clip=0.5"], "optim.dual_clip=0.5: must be > 1"),
-    (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (["optim.mini_batches=100"], "exceeds the 16 episodes"),
+        (["rollout.group_size=1"], "group_size must be >= 2"),
+        (["algo.name=ppo2"], "algo.name: unknown estimator 'ppo2'"),
+        (["algo.name=grpoo"], "did you mean 'grpo'"),
+        (["model.engine=vllm2"], "model.engine: unknown engine .vllm2."),
+        (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
+        (["optim.dual_clip=0.5"], "optim.dual_clip=0.5: must be > 1"),
+        (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),
+    ],
+)
 def test_inconsistent_batches_fail_before_any_work(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, override)

@@ -82,8 +82,19 @@ BAD = [
     (["train", "seal_bfcl", "--set", "seal.w_min=0"], "seal.w_min=0"),
     (["train", "seal_bfcl", "--set", "seal.beta=2"], "seal.beta=2"),
     (["train", "seal_bfcl", "--set", "seal.window=0"], "seal.window=0"),
-    (["train", "seal_bfcl", "--set", "seal.interface_evolution=false", "--set", "seal.interface_updates=false", "--set", "env.kwargs.interface=fancy"],
-     "env.kwargs.interface='fancy'"),
+    (
+        [
+            "train",
+            "seal_bfcl",
+            "--set",
+            "seal.interface_evolution=false",
+            "--set",
+            "seal.interface_updates=false",
+            "--set",
+            "env.kwargs.interface=fancy",
+        ],
+        "env.kwargs.interface='fancy'",
+    ),
     (["train", "--set", "optim.lrr=1"], "optim.lrr"),
     (["train", "--set", "rollout.group_size=four"], "rollout.group_size"),
     (["train", "--set", "optim.lr.x=1"], "optim.lr"),
@@ -115,16 +126,18 @@ def test_bad_config_is_one_line_naming_the_key_before_any_model(argv, key, monke
 
 def test_bad_configs_exit_2_without_traceback_in_a_subprocess():
     for argv, key in (BAD[0], BAD[1], BAD[6]):
-        result = subprocess.run([sys.executable, "-m", "roleagent.cli", *argv], capture_output=True,
-                                text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "roleagent.cli", *argv], capture_output=True, text=True, timeout=300
+        )
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1 and key in result.stderr
 
 
 def test_every_field_has_a_rule():
     """A new numeric or string field needs a range or choices (or a place in FREE)."""
-    unruled = [key for key, hint in fields_of(TrainConfig)
-               if hint is not bool and key not in FIELD_RULES and key not in FREE]
+    unruled = [
+        key for key, hint in fields_of(TrainConfig) if hint is not bool and key not in FIELD_RULES and key not in FREE
+    ]
     assert not unruled, f"add rules to roleagent.config_rules.FIELD_RULES for {unruled}"
     assert set(FIELD_RULES) | FREE <= {key for key, _ in fields_of(TrainConfig)}
 

@@ -10,8 +10,7 @@ import time
 import pytest
 
 from roleagent.envs import EnvSpec, base
-from roleagent.envs.safety import (DeadlineExceeded, cpu_deadline, deadline_supported, sanitize,
-                                   sanitize_text, truncate)
+from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, deadline_supported, sanitize, sanitize_text, truncate
 from roleagent.envs.scripted import ScriptedEnv
 from roleagent.envs.workers import EnvPool
 from roleagent.rollout import RolloutSettings, run_episodes
@@ -55,8 +54,11 @@ class FaultyEnv(ScriptedEnv):
 
 @pytest.fixture
 def faulty(monkeypatch):
-    monkeypatch.setitem(base._REGISTRY, "faulty", EnvSpec(
-        "faulty", "tests.test_env_boundary:FaultyEnv", (), "dev", "test env with faults"))
+    monkeypatch.setitem(
+        base._REGISTRY,
+        "faulty",
+        EnvSpec("faulty", "tests.test_env_boundary:FaultyEnv", (), "dev", "test env with faults"),
+    )
     return "faulty"
 
 
@@ -149,8 +151,9 @@ def test_a_raising_step_stays_in_the_batch_as_a_failure(faulty, scripted_engine)
     engine = scripted_engine(lambda prompt, call: "raise</action>" if call == 1 else "look</action>")
     with _pool(faulty, False) as pool:
         task = pool.meta.tasks("train")[0]
-        (trajectory,), _ = run_episodes(engine=engine, pool=pool, jobs=[(task, 0)],
-                                        settings=RolloutSettings(max_steps=4, action_format="action"))
+        (trajectory,), _ = run_episodes(
+            engine=engine, pool=pool, jobs=[(task, 0)], settings=RolloutSettings(max_steps=4, action_format="action")
+        )
     assert not trajectory.crashed and not trajectory.success
     assert len(trajectory.steps) == 2 and trajectory.steps[-1].done
     assert "RuntimeError" in trajectory.steps[-1].info["step_error"]

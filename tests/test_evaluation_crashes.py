@@ -19,8 +19,14 @@ def _traj(i, success=False, crashed=False, task_type="a"):
 
 def test_success_rate_leaves_crashed_episodes_out():
     # 3 successes, 1 failure, 1 crash: 3/4 = 75 %, not 3/5 = 60 %.
-    trajectories = [_traj(0, True), _traj(1, True), _traj(2, True), _traj(3), _traj(4, crashed=True),
-                    _traj(5, crashed=True, task_type="b")]
+    trajectories = [
+        _traj(0, True),
+        _traj(1, True),
+        _traj(2, True),
+        _traj(3),
+        _traj(4, crashed=True),
+        _traj(5, crashed=True, task_type="b"),
+    ]
     table = success_by_type(trajectories)
     assert table["a"] == 75.0 and table["All"] == 75.0
     assert math.isnan(table["b"])  # every "b" episode crashed: no rate, not 0 %
@@ -56,7 +62,8 @@ def test_dead_worker_during_evaluation_is_replayed(scripted_engine):
         clean = run_episodes(engine=scripted_engine(expert_reply), pool=pool, jobs=jobs, settings=settings)[0]
         engine = scripted_engine(lambda prompt, call: "crash</action>" if call == 0 else expert_reply(prompt, call))
         trajectories, replays = replay_crashed(
-            lambda wave: run_episodes(engine=engine, pool=pool, jobs=wave, settings=settings)[0], jobs, 2)
+            lambda wave: run_episodes(engine=engine, pool=pool, jobs=wave, settings=settings)[0], jobs, 2
+        )
         assert pool.restarts == 2
     assert replays == 2 and not any(t.crashed for t in trajectories)
     assert any(t.success for t in clean)

@@ -15,14 +15,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "roleagent"
 
 SIZED = (
-    sorted((PKG / "envs" / "alfworld").glob("*.py")) + sorted((PKG / "envs" / "bfcl").glob("*.py"))
+    sorted((PKG / "envs" / "alfworld").glob("*.py"))
+    + sorted((PKG / "envs" / "bfcl").glob("*.py"))
     + [PKG / "envs" / n for n in ("textcraft.py", "scripted.py", "safety.py")]
     + [PKG / n for n in ("evaluation.py", "viewer.py", "cli.py")]
-    + sorted((PKG / "models").glob("*.py")) + [PKG / "engine" / "hf.py"]
-    + sorted((PKG / "algos").glob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    + sorted((PKG / "models").glob("*.py"))
+    + [PKG / "engine" / "hf.py"]
+    + sorted((PKG / "algos").glob("*.py"))
+    + sorted((ROOT / "benchmarks").glob("*.py"))
 )
-CITED = SIZED + sorted((PKG / "recipes").glob("*.yaml")) + [
-    ROOT / "docs" / n for n in ("alfworld.md", "seal.md", "agent_in_world.md")]
+CITED = (
+    SIZED
+    + sorted((PKG / "recipes").glob("*.yaml"))
+    + [ROOT / "docs" / n for n in ("alfworld.md", "seal.md", "agent_in_world.md")]
+)
 MAX_FUNCTION, MAX_MODULE = 80, 400
 
 
@@ -38,7 +44,8 @@ def test_no_long_functions_or_modules():
             too_long.append(f"{_rel(path)}: {len(source.splitlines())} lines")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not (
-                    path.name == "cli.py" and node.name == "_envs"):  # the environment registry
+                path.name == "cli.py" and node.name == "_envs"
+            ):  # the environment registry
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_FUNCTION:
                     too_long.append(f"{_rel(path)}:{node.lineno} {node.name}: {n} lines")
@@ -48,8 +55,12 @@ def test_no_long_functions_or_modules():
 def test_citations_name_papers_not_internal_notes():
     # "DESIGN §4" and "seed 000" point at files that are not shipped.
     pattern = re.compile(r"DESIGN\b|\bseed 0\d\d\b|\bseed00|\(seed \d+\)|shared/seeds")
-    hits = [f"{_rel(p)}:{i}: {line.strip()}" for p in CITED
-            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    hits = [
+        f"{_rel(p)}:{i}: {line.strip()}"
+        for p in CITED
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not hits, hits
 
 
@@ -78,7 +89,7 @@ def test_point_biserial_p_value_without_scipy(monkeypatch):
     x, y = [1.0, 2.0, 3.0, 4.0], [0, 0, 1, 1]
     r_with, p_with = analysis.point_biserial(x, y)
     # df = 2: the two-sided Student-t p-value is 1 - t / sqrt(t^2 + 2), t = r sqrt(2 / (1 - r^2))
-    t = r_with * (2 / (1 - r_with ** 2)) ** 0.5
+    t = r_with * (2 / (1 - r_with**2)) ** 0.5
     assert p_with == pytest.approx(1 - t / (t * t + 2) ** 0.5, rel=1e-9)
     monkeypatch.setitem(sys.modules, "scipy", None)  # makes "import scipy..." raise ImportError
     monkeypatch.setitem(sys.modules, "scipy.special", None)
@@ -94,8 +105,11 @@ def test_bfcl_table_renders_through_format_table(monkeypatch):
     calls = []
     real = evaluation.format_table
     monkeypatch.setattr(evaluation, "format_table", lambda *a, **k: calls.append(k) or real(*a, **k))
-    results = {"bfcl/eval/multi_turn_base_1": True, "bfcl/eval/multi_turn_base_2": False,
-               "bfcl/eval/multi_turn_miss_func_1": True}
+    results = {
+        "bfcl/eval/multi_turn_base_1": True,
+        "bfcl/eval/multi_turn_base_2": False,
+        "bfcl/eval/multi_turn_miss_func_1": True,
+    }
     table = bfcl_table({"m": results})
     assert calls and calls[0]["fmt"] == "markdown" and calls[0]["digits"] == 2
     assert table.splitlines() == [

@@ -81,9 +81,18 @@ def external(tmp_path, monkeypatch):
 
 
 def test_external_method_by_name_runs_its_hooks(tmp_path, external):
-    cfg = load_config(None, TINY + ["algo.name=grpo", "wia.enabled=false", "iterations=2",
-                                    f"run_dir={tmp_path / 'run'}", "methods=[ext_method_mod:Half]",
-                                    "method_settings={half: {factor: 0.25}}"])
+    cfg = load_config(
+        None,
+        TINY
+        + [
+            "algo.name=grpo",
+            "wia.enabled=false",
+            "iterations=2",
+            f"run_dir={tmp_path / 'run'}",
+            "methods=[ext_method_mod:Half]",
+            "method_settings={half: {factor: 0.25}}",
+        ],
+    )
     trainer = Trainer(cfg, quiet=True, resume=False)
     try:
         trainer.run()
@@ -112,8 +121,11 @@ def test_method_from_an_entry_point(external, monkeypatch):
     import roleagent.plugins
 
     real = roleagent.plugins.entry_points
-    monkeypatch.setattr(roleagent.plugins, "entry_points",
-                        lambda kind: {"half": "ext_method_mod:Half"} if kind == "methods" else real(kind))
+    monkeypatch.setattr(
+        roleagent.plugins,
+        "entry_points",
+        lambda kind: {"half": "ext_method_mod:Half"} if kind == "methods" else real(kind),
+    )
     cfg = load_config(None, TINY + ["algo.name=grpo", "wia.enabled=false", "methods=[half]"])
     from roleagent.methods import method_classes
 
@@ -135,8 +147,20 @@ def test_external_method_settings_are_typed(external):
 
 
 def _traj(task_id, rewards, states):
-    steps = [Step(observation=s, state_key=s, prompt_ids=[1], action_ids=[2], action_logprobs=[0.0],
-                  action_text="a", action="a", valid=True, reward=r) for r, s in zip(rewards, states)]
+    steps = [
+        Step(
+            observation=s,
+            state_key=s,
+            prompt_ids=[1],
+            action_ids=[2],
+            action_logprobs=[0.0],
+            action_text="a",
+            action="a",
+            valid=True,
+            reward=r,
+        )
+        for r, s in zip(rewards, states)
+    ]
     return Trajectory(task=Task(task_id, "scripted"), steps=steps)
 
 
@@ -160,15 +184,33 @@ def test_gigpo_parts_add_up_and_name_the_state_groups():
 
 
 def test_from_json_inverts_to_json():
-    step = Step(observation="o", state_key=("room", 1), prompt_ids=[1, 2], action_ids=[3], action_logprobs=[-0.5],
-                action_text="<action>go</action>", action="go", valid=True, reward=1.0, done=True,
-                info={"success": True, "obj": object()},
-                extras={"wia": {"predictions": ["p"], "scores": [math.nan], "ids": [4], "logprobs": [-1.0],
-                                "prompt_ids": [5]},
-                        "algo": {"advantage": 0.5, "episode": 0.25, "step": 0.25, "state_group": 0}})
-    t = Trajectory(task=Task("t/1", "scripted", split="eval", metadata={"type": "pick"}), steps=[step],
-                   success=True, instruction="do", final_observation="end", seed=7, diagnosis={"x": 1},
-                   extras={"seal": {"weight": 1.5}})
+    step = Step(
+        observation="o",
+        state_key=("room", 1),
+        prompt_ids=[1, 2],
+        action_ids=[3],
+        action_logprobs=[-0.5],
+        action_text="<action>go</action>",
+        action="go",
+        valid=True,
+        reward=1.0,
+        done=True,
+        info={"success": True, "obj": object()},
+        extras={
+            "wia": {"predictions": ["p"], "scores": [math.nan], "ids": [4], "logprobs": [-1.0], "prompt_ids": [5]},
+            "algo": {"advantage": 0.5, "episode": 0.25, "step": 0.25, "state_group": 0},
+        },
+    )
+    t = Trajectory(
+        task=Task("t/1", "scripted", split="eval", metadata={"type": "pick"}),
+        steps=[step],
+        success=True,
+        instruction="do",
+        final_observation="end",
+        seed=7,
+        diagnosis={"x": 1},
+        extras={"seal": {"weight": 1.5}},
+    )
     for tokens in (False, True):
         data = json.loads(json.dumps(t.to_json(tokens=tokens)))
         again = Trajectory.from_json(data)
@@ -182,8 +224,12 @@ def test_from_json_inverts_to_json():
 
 
 def test_loop_has_no_method_specific_branch():
-    found = subprocess.run(["grep", "-rn", r"aiw is not None\|if cfg.algo.name ==", "roleagent/trainer"],
-                           cwd=ROOT, capture_output=True, text=True).stdout
+    found = subprocess.run(
+        ["grep", "-rn", r"aiw is not None\|if cfg.algo.name ==", "roleagent/trainer"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert found == ""
     loop = (ROOT / "roleagent" / "trainer" / "loop.py").read_text().lower()
     assert not [name for name in ("seal", "wia", "aiw") if name in loop]

@@ -17,13 +17,13 @@ import time
 
 import pytest
 
-from roleagent.methods.role_agent.config import AIWConfig
-from roleagent.methods.role_agent.aiw.reflection import parse_reflection, parse_small_int
-from roleagent.methods.role_agent.aiw.retrieval import parse_selection
 from roleagent.config import TrainConfig
 from roleagent.envs.alfworld.diagnosis import entity_type, parse_command
-from roleagent.roles.actor import action_blocks, parse_action
+from roleagent.methods.role_agent.aiw.reflection import parse_reflection, parse_small_int
+from roleagent.methods.role_agent.aiw.retrieval import parse_selection
+from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.methods.role_agent.wia import parse_predictions
+from roleagent.roles.actor import action_blocks, parse_action
 
 CHARS_PER_TOKEN = 4
 BOUND_S = 1.0  # any single call, any input up to 4x the limit (linear code: milliseconds)
@@ -73,6 +73,7 @@ def _random_mix(fragments: tuple[str, ...], seed: int):
             out.append(rng.choice(fragments))
             size += len(out[-1])
         return "".join(out)
+
     return make
 
 
@@ -95,8 +96,33 @@ REFLECTION_INPUTS = {
     "long_digits": _repeat("9", "CRITICAL_STEP: "),
     "long_label": _repeat("wrong receptacle ", "<reflection>DOMINANT_TYPE: "),
     "random_fragments": _random_mix(
-        ("DETAIL", "DOMINANT", "TYPE", "CRITICAL", "STEP", " ", "  ", "*", "_", "-", '"', "'",
-         ":", "=", "<reflection>", "</reflection>", "<", ">", "[", "]", "9", "\n", "x"), 0),
+        (
+            "DETAIL",
+            "DOMINANT",
+            "TYPE",
+            "CRITICAL",
+            "STEP",
+            " ",
+            "  ",
+            "*",
+            "_",
+            "-",
+            '"',
+            "'",
+            ":",
+            "=",
+            "<reflection>",
+            "</reflection>",
+            "<",
+            ">",
+            "[",
+            "]",
+            "9",
+            "\n",
+            "x",
+        ),
+        0,
+    ),
 }
 
 
@@ -126,8 +152,27 @@ SELECTION_INPUTS = {
     "long_digits": _repeat("9"),
     "digits_and_letters": _repeat("1a"),
     "random_fragments": _random_mix(
-        ("[", "]", "1", "23", " ", "  ", ",", ";", "and", "INDEX", "/", "TASK", ":",
-         "<selected_tasks>", "</selected_tasks>", "\n", "x"), 1),
+        (
+            "[",
+            "]",
+            "1",
+            "23",
+            " ",
+            "  ",
+            ",",
+            ";",
+            "and",
+            "INDEX",
+            "/",
+            "TASK",
+            ":",
+            "<selected_tasks>",
+            "</selected_tasks>",
+            "\n",
+            "x",
+        ),
+        1,
+    ),
 }
 
 

@@ -78,7 +78,8 @@ def tmpmod(tmp_path_factory):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tmpdist\nVersion: 0.0\n")
     (dist / "entry_points.txt").write_text(
         "[roleagent.envs]\ntinyenv = tmpmod:TinyEnv\nbrokenenv = tmpmod_absent:Nope\n"
-        "[roleagent.engines]\nfake = tmpmod:FakeEngine\n")
+        "[roleagent.engines]\nfake = tmpmod:FakeEngine\n"
+    )
     old_path, old_env = list(sys.path), os.environ.get("PYTHONPATH")
     sys.path.insert(0, str(root))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), old_env]))
@@ -137,8 +138,16 @@ def test_pool_workers_build_a_reference_env(tmpmod, tmp_path):
 def test_training_run_with_a_reference_env(tmpmod, tmp_path, processes):
     log = tmp_path / "built"
     log.mkdir()
-    run(tmp_path / "run", 1, ["env.name=tmpmod:TinyEnv", f"env.processes={str(processes).lower()}",
-                              f"env.kwargs={{log_dir: '{log}'}}", "eval.at_start=false"])
+    run(
+        tmp_path / "run",
+        1,
+        [
+            "env.name=tmpmod:TinyEnv",
+            f"env.processes={str(processes).lower()}",
+            f"env.kwargs={{log_dir: '{log}'}}",
+            "eval.at_start=false",
+        ],
+    )
     rollouts = [json.loads(line) for line in (tmp_path / "run" / "rollouts" / "iter_000000.jsonl").open()]
     assert len(rollouts) == 4 and {r["task_id"] for r in rollouts} <= {"tiny/train/0", "tiny/train/1"}
     assert all(r["steps"][0]["observation"] == "A tiny room." for r in rollouts)
@@ -206,11 +215,22 @@ def test_create_engine_by_name_reference_and_entry_point(tmpmod, tiny_policy):
 # ------------------------------------------------------------- (f) plugins by hand ----
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("mypkg.envs:MyEnv", True), ("a:b", True), ("tmpmod:TinyEnv.sub", True),
-    ("alfworld", False), (":Env", False), ("pkg:", False), ("my pkg:Env", False),
-    ("pkg:1Env", False), ("a..b:C", False), ("a:b:c", False), ("C:\\models\\x", False),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("mypkg.envs:MyEnv", True),
+        ("a:b", True),
+        ("tmpmod:TinyEnv.sub", True),
+        ("alfworld", False),
+        (":Env", False),
+        ("pkg:", False),
+        ("my pkg:Env", False),
+        ("pkg:1Env", False),
+        ("a..b:C", False),
+        ("a:b:c", False),
+        ("C:\\models\\x", False),
+    ],
+)
 def test_is_reference(name, expected):
     assert is_reference(name) is expected
 
@@ -229,7 +249,8 @@ def test_load_object():
 
 def test_unknown_message():
     assert unknown("env", "alfwrld", ["bfcl", "alfworld", "bfcl"]) == (
-        "unknown env 'alfwrld'; did you mean 'alfworld'? (known: alfworld, bfcl; or 'module:Class')")
+        "unknown env 'alfwrld'; did you mean 'alfworld'? (known: alfworld, bfcl; or 'module:Class')"
+    )
     assert unknown("engine", "zzz", ["hf"]) == "unknown engine 'zzz' (known: hf; or 'module:Class')"
     with pytest.raises(PluginError, match=r"^unknown estimator 'gpro'; did you mean 'grpo'\?"):
         plugins.resolve("estimators", "gpro", {"grpo": "m:a", "gigpo": "m:b"})

@@ -29,8 +29,9 @@ def test_expert_script_solves_and_batches(scripted_engine):
     with EnvPool("scripted", slots=4, processes=False) as pool:
         tasks = pool.meta.tasks("train")[:2]
         jobs = [(t, 7) for t in tasks for _ in range(2)]
-        trajectories, stats = run_episodes(engine=engine, pool=pool, jobs=jobs,
-                                           settings=RolloutSettings(max_steps=8, action_format="action"))
+        trajectories, stats = run_episodes(
+            engine=engine, pool=pool, jobs=jobs, settings=RolloutSettings(max_steps=8, action_format="action")
+        )
     assert [t.task.id for t in trajectories] == [j[0].id for j in jobs]
     assert all(t.success for t in trajectories)
     assert engine.calls[0] == 4  # one batched call for all four episodes on the first turn
@@ -47,8 +48,11 @@ def test_invalid_output_is_penalised_not_stepped(scripted_engine):
     with EnvPool("scripted", slots=1, processes=False) as pool:
         task = pool.meta.tasks("train")[0]
         (trajectory,), _ = run_episodes(
-            engine=engine, pool=pool, jobs=[(task, 0)],
-            settings=RolloutSettings(max_steps=3, action_format="think_action", invalid_penalty=0.1))
+            engine=engine,
+            pool=pool,
+            jobs=[(task, 0)],
+            settings=RolloutSettings(max_steps=3, action_format="think_action", invalid_penalty=0.1),
+        )
     first, second = trajectory.steps[:2]
     assert not first.valid and first.action is None and first.reward == pytest.approx(-0.1)
     # the penalty is recorded apart from the environment's reward, so the advantage
@@ -65,9 +69,12 @@ def test_wia_predictions_are_scored_against_next_observation(scripted_engine):
     with EnvPool("scripted", slots=1, processes=False) as pool:
         task = next(t for t in pool.meta.tasks("train") if t.payload["key_room"] == 1)
         (trajectory,), stats = run_episodes(
-            engine=engine, pool=pool, jobs=[(task, 0)],
+            engine=engine,
+            pool=pool,
+            jobs=[(task, 0)],
             settings=RolloutSettings(max_steps=8, action_format="action"),
-            extensions=[PredictionExtension(2, max_new_tokens=48, temperature=1.0, top_p=1.0)])
+            extensions=[PredictionExtension(2, max_new_tokens=48, temperature=1.0, top_p=1.0)],
+        )
     assert stats.extension_s >= 0
     step0 = trajectory.steps[0].extras["wia"]
     assert step0["predictions"][0] == "You are in room 1."
@@ -87,15 +94,23 @@ def test_crashed_environment_is_restarted_and_marked(scripted_engine):
     engine = scripted_engine(respond)
     with EnvPool("crashing", slots=2, processes=True, timeout=30) as pool:
         tasks = pool.meta.tasks("train")[:2]
-        trajectories, _ = run_episodes(engine=engine, pool=pool, jobs=[(t, 0) for t in tasks],
-                                       settings=RolloutSettings(max_steps=4, action_format="action"))
+        trajectories, _ = run_episodes(
+            engine=engine,
+            pool=pool,
+            jobs=[(t, 0) for t in tasks],
+            settings=RolloutSettings(max_steps=4, action_format="action"),
+        )
         assert all(t.crashed for t in trajectories)
         assert all(len(t.steps) == 2 for t in trajectories)
         assert pool.restarts == 2
         # The restarted workers serve the next episodes normally.
         engine2 = scripted_engine(lambda p, c: "look</action>")
-        again, _ = run_episodes(engine=engine2, pool=pool, jobs=[(t, 0) for t in tasks],
-                                settings=RolloutSettings(max_steps=2, action_format="action"))
+        again, _ = run_episodes(
+            engine=engine2,
+            pool=pool,
+            jobs=[(t, 0) for t in tasks],
+            settings=RolloutSettings(max_steps=2, action_format="action"),
+        )
         assert not any(t.crashed for t in again) and all(len(t.steps) == 2 for t in again)
 
 
@@ -103,8 +118,12 @@ def test_more_jobs_than_slots_run_in_waves(scripted_engine):
     engine = scripted_engine(expert_reply)
     with EnvPool("scripted", slots=2, processes=False) as pool:
         tasks = pool.meta.tasks("eval")[:5]
-        trajectories, _ = run_episodes(engine=engine, pool=pool, jobs=[(t, 0) for t in tasks],
-                                       settings=RolloutSettings(max_steps=8, action_format="action"))
+        trajectories, _ = run_episodes(
+            engine=engine,
+            pool=pool,
+            jobs=[(t, 0) for t in tasks],
+            settings=RolloutSettings(max_steps=8, action_format="action"),
+        )
     assert [t.task.id for t in trajectories] == [t.id for t in tasks]
     assert all(1 <= len(t.steps) <= 8 for t in trajectories)
     assert engine.calls[0] == 2  # waves of at most pool.size episodes
@@ -116,9 +135,21 @@ def test_step_batch_separates_env_rewards_and_penalties_and_places_them_per_step
     from roleagent.types import Step, Task, Trajectory
 
     def traj(rewards, penalties, states):
-        steps = [Step(observation=s, state_key=s, prompt_ids=[1], action_ids=[2], action_logprobs=[0.0],
-                      action_text="a", action=None if p else "a", valid=not p, reward=r - p, penalty=p)
-                 for r, p, s in zip(rewards, penalties, states)]
+        steps = [
+            Step(
+                observation=s,
+                state_key=s,
+                prompt_ids=[1],
+                action_ids=[2],
+                action_logprobs=[0.0],
+                action_text="a",
+                action=None if p else "a",
+                valid=not p,
+                reward=r - p,
+                penalty=p,
+            )
+            for r, p, s in zip(rewards, penalties, states)
+        ]
         return Trajectory(task=Task("g", "scripted"), steps=steps)
 
     # same worked example as test_invalid_penalty_step_placement_as_verl_agent (test_algos_gigpo)

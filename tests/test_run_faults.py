@@ -94,8 +94,11 @@ def test_rerunning_a_finished_run_changes_nothing(tmp_path, reference, capsys):
     run_dir = _copy(reference, tmp_path)
 
     def files():
-        return {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-                if p.is_file() and p.name != ".lock" and "failure_memory" not in p.name}
+        return {
+            p.relative_to(run_dir): p.read_bytes()
+            for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name != ".lock" and "failure_memory" not in p.name
+        }
 
     before, rows = files(), memory_rows(run_dir)
     trainer = run(run_dir, ITERATIONS, AIW)

@@ -8,26 +8,41 @@ import numpy as np
 import pytest
 
 from roleagent.algos.seal import (
-    STATIC_UTILITIES, ClosedLoopWeights, closed_loop_target, expand_to_samples,
-    reweight_advantages, seal_trajectory_weights, tag_statistics, trajectory_weight)
+    STATIC_UTILITIES,
+    ClosedLoopWeights,
+    closed_loop_target,
+    expand_to_samples,
+    reweight_advantages,
+    seal_trajectory_weights,
+    tag_statistics,
+    trajectory_weight,
+)
 
 
 def test_static_utilities_match_the_authors_config():
     assert STATIC_UTILITIES == {
-        "spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
-        "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
+        "spurious_tool_call": 2.0,
+        "correct_abstention": 1.8,
+        "empty_turn_model_response": 1.5,
+        "state_mismatch": 1.0,
+        "response_mismatch": 0.9,
+        "instance_mismatch": 0.6,
+        "pass": 1.0,
+    }
 
 
 def test_trajectory_weight_is_clipped_mean():
-    w = seal_trajectory_weights([
-        ["pass", "pass"],                                  # 1.0
-        ["spurious_tool_call", "empty_turn_model_response"],  # 1.75
-        ["instance_mismatch", "instance_mismatch"],        # 0.6
-        ["state_mismatch", "response_mismatch", "instance_mismatch"],  # 2.5/3
-        ["pass", "checker_error", "gt_error"],             # excluded -> 1.0
-        ["checker_error"],                                 # nothing usable -> 1.0
-        [],                                                # -> 1.0
-    ])
+    w = seal_trajectory_weights(
+        [
+            ["pass", "pass"],  # 1.0
+            ["spurious_tool_call", "empty_turn_model_response"],  # 1.75
+            ["instance_mismatch", "instance_mismatch"],  # 0.6
+            ["state_mismatch", "response_mismatch", "instance_mismatch"],  # 2.5/3
+            ["pass", "checker_error", "gt_error"],  # excluded -> 1.0
+            ["checker_error"],  # nothing usable -> 1.0
+            [],  # -> 1.0
+        ]
+    )
     np.testing.assert_allclose(w, [1.0, 1.75, 0.6, 2.5 / 3, 1.0, 1.0, 1.0])
     assert trajectory_weight(["spurious_tool_call"], {"spurious_tool_call": 5.0}) == 2.0
     assert trajectory_weight(["instance_mismatch"], {"instance_mismatch": 0.1}) == 0.5
@@ -46,13 +61,11 @@ def test_reweight_never_flips_sign_and_broadcasts():
         reweight_advantages(adv, np.array([1.0, -1.0, 1.0, 1.0]))
     with pytest.raises(ValueError):
         reweight_advantages(adv, np.array([1.0, 0.0, 1.0, 1.0]))
-    np.testing.assert_allclose(expand_to_samples([0.5, 2.0], [0, 0, 1, 1, 1]),
-                               [0.5, 0.5, 2.0, 2.0, 2.0])
+    np.testing.assert_allclose(expand_to_samples([0.5, 2.0], [0, 0, 1, 1, 1]), [0.5, 0.5, 2.0, 2.0, 2.0])
 
 
 def test_tag_statistics_count_once_per_trajectory():
-    s = tag_statistics([["pass", "state_mismatch", "state_mismatch"], ["pass"], ["gt_error"]],
-                       [0.0, 1.0, 0.0])
+    s = tag_statistics([["pass", "state_mismatch", "state_mismatch"], ["pass"], ["gt_error"]], [0.0, 1.0, 0.0])
     assert s["state_mismatch"] == {"count": 1, "prevalence": 1 / 3, "reward_mean": 0.0}
     assert s["pass"] == {"count": 2, "prevalence": 2 / 3, "reward_mean": 0.5}
     assert "gt_error" not in s
@@ -91,8 +104,9 @@ def test_closed_loop_ema_window_and_state():
     a = restored.update([["state_mismatch"]], [0.0])
     b = cl.update([["state_mismatch"]], [0.0])
     assert a == b
-    np.testing.assert_allclose(cl.trajectory_weights([["state_mismatch"]]),
-                               [min(2.0, cl.utilities()["state_mismatch"])])
+    np.testing.assert_allclose(
+        cl.trajectory_weights([["state_mismatch"]]), [min(2.0, cl.utilities()["state_mismatch"])]
+    )
 
 
 def test_closed_loop_weights_stay_in_range():
@@ -117,7 +131,7 @@ def test_pass_utility_never_moves():
     for _ in range(20):
         cl.update(labels, rewards)
     assert cl.utilities()["pass"] == 1.0
-    assert cl.utilities()["state_mismatch"] == pytest.approx(1.5 - 0.5 * 0.75 ** 21)
+    assert cl.utilities()["state_mismatch"] == pytest.approx(1.5 - 0.5 * 0.75**21)
     # a successful all-pass trajectory keeps weight 1; a configured base is kept as is
     np.testing.assert_allclose(cl.trajectory_weights([["pass", "pass"]]), [1.0])
     custom = ClosedLoopWeights({**STATIC_UTILITIES, "pass": 0.8}, window=64)

@@ -28,17 +28,37 @@ class HangingDiagnosisEnv(ScriptedEnv):
     def diagnose(self, trajectory):
         if trajectory.task.id.endswith("/hang"):
             time.sleep(3600)
-        return {"turn_labels": ["spurious_tool_call"], "priority_labels": ["invalid_tool_call"],
-                "dominant_type": "invalid_tool_call", "seen_steps": len(trajectory.steps)}
+        return {
+            "turn_labels": ["spurious_tool_call"],
+            "priority_labels": ["invalid_tool_call"],
+            "dominant_type": "invalid_tool_call",
+            "seen_steps": len(trajectory.steps),
+        }
 
 
-register_env(EnvSpec("hanging_diagnosis", "tests.test_seal_replay_timeout:HangingDiagnosisEnv", (), "dev",
-                     "test env whose diagnosis replay hangs"))
+register_env(
+    EnvSpec(
+        "hanging_diagnosis",
+        "tests.test_seal_replay_timeout:HangingDiagnosisEnv",
+        (),
+        "dev",
+        "test env whose diagnosis replay hangs",
+    )
+)
 
 
 def _traj(task_id, reward):
-    step = Step(observation="o", state_key="o", prompt_ids=[1] * 50, action_ids=[2], action_logprobs=[0.0],
-                action_text="go right", action="go right", valid=True, reward=reward)
+    step = Step(
+        observation="o",
+        state_key="o",
+        prompt_ids=[1] * 50,
+        action_ids=[2],
+        action_logprobs=[0.0],
+        action_text="go right",
+        action="go right",
+        valid=True,
+        reward=reward,
+    )
     return Trajectory(task=Task(task_id, "hanging_diagnosis", split="train"), steps=[step])
 
 
@@ -46,8 +66,10 @@ def _hook(pool):
     from roleagent.config import SEALConfig
     from roleagent.methods.seal.method import SealMethod
 
-    return SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True, utility_ema=False,
-                                                             interface_evolution=False, interface_updates=False))
+    return SealMethod(
+        SimpleNamespace(pool=pool),
+        SEALConfig(enabled=True, utility_ema=False, interface_evolution=False, interface_updates=False),
+    )
 
 
 def test_hanging_replay_is_bounded_by_the_worker_timeout_and_the_run_continues():
@@ -95,8 +117,11 @@ def test_in_process_replay_that_raises_marks_the_diagnosis_unavailable():
     def diagnose(trajectory):
         raise RecursionError("replay blew up")
 
-    hook = SealMethod(None, SEALConfig(enabled=True, utility_ema=False, interface_evolution=False,
-                                       interface_updates=False), diagnose=diagnose)
+    hook = SealMethod(
+        None,
+        SEALConfig(enabled=True, utility_ema=False, interface_evolution=False, interface_updates=False),
+        diagnose=diagnose,
+    )
     trajectories = [_traj("t/a", 0.0), _traj("t/b", 1.0)]
     batch = StepBatch.from_trajectories(trajectories)
     np.testing.assert_allclose(hook.adjust_advantages(batch, np.array([-1.0, 1.0])), [-1.0, 1.0])

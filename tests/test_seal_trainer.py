@@ -18,11 +18,28 @@ pytest.importorskip("bfcl_eval")
 
 
 def _traj(task_id, rewards, labels=None, *, crashed=False, success=False, info_diag=True):
-    steps = [Step(observation="o", state_key="o", prompt_ids=[1], action_ids=[2], action_logprobs=[0.0],
-                  action_text="a", action="a", valid=True, reward=r) for r in rewards]
+    steps = [
+        Step(
+            observation="o",
+            state_key="o",
+            prompt_ids=[1],
+            action_ids=[2],
+            action_logprobs=[0.0],
+            action_text="a",
+            action="a",
+            valid=True,
+            reward=r,
+        )
+        for r in rewards
+    ]
     if labels is not None and info_diag:
-        steps[-1].info = {"diagnosis": {"turn_labels": list(labels), "priority_labels": ["pass"] * len(labels),
-                                        "dominant_type": "pass"}}
+        steps[-1].info = {
+            "diagnosis": {
+                "turn_labels": list(labels),
+                "priority_labels": ["pass"] * len(labels),
+                "dominant_type": "pass",
+            }
+        }
     return Trajectory(task=Task(task_id, "bfcl"), steps=steps, crashed=crashed, success=success)
 
 
@@ -46,8 +63,14 @@ def test_weights_scale_advantages_without_flipping_signs_and_clip():
     assert np.all(np.sign(out) == np.sign(adv))
     # clip bounds: utilities far outside [0.5, 2] are clipped
     extreme = _hook(utility_ema=False, utilities={"pass": 10.0, "state_mismatch": 0.01})
-    ws = extreme.trajectory_weights([_traj("b", [0], ["pass"]), _traj("b", [0], ["state_mismatch"]),
-                                     _traj("b", [0], ["checker_error"]), _traj("b", [0], crashed=True)])
+    ws = extreme.trajectory_weights(
+        [
+            _traj("b", [0], ["pass"]),
+            _traj("b", [0], ["state_mismatch"]),
+            _traj("b", [0], ["checker_error"]),
+            _traj("b", [0], crashed=True),
+        ]
+    )
     np.testing.assert_allclose(ws, [2.0, 0.5, 1.0, 1.0])
 
 
@@ -80,8 +103,11 @@ def test_profile_push_reaches_process_workers():
 
     with EnvPool("bfcl", {"interface": "evolved", "tool_format": "compact"}, slots=2, processes=True) as pool:
         hook = SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True))
-        diag = {"turn_labels": ["state_mismatch"], "priority_labels": ["argument_mismatch"],
-                "dominant_type": "argument_mismatch"}
+        diag = {
+            "turn_labels": ["state_mismatch"],
+            "priority_labels": ["argument_mismatch"],
+            "dominant_type": "argument_mismatch",
+        }
         trajectories = [_traj("a", [0], ["state_mismatch"]) for _ in range(10)]
         for t in trajectories:
             t.steps[-1].info["diagnosis"] = diag
@@ -100,15 +126,25 @@ def test_profile_push_reaches_process_workers():
             pool.call_all("close")
 
 
-@pytest.mark.parametrize("override,message", [
-    (["seal.enabled=true"], "turn labels"),  # default env is textcraft
-    (["seal.enabled=true", "env.name=bfcl", "seal.reweight=false"], "needs seal.reweight"),
-    (["seal.enabled=true", "env.name=bfcl", "env.kwargs={interface: plain}"], "interface_evolution"),
-    (["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false", "seal.interface_updates=false",
-      "env.kwargs={interface: evolved}"],
-     "freeze"),
-    (["seal.enabled=true", "env.name=bfcl", "env.eval_split=train"], "plain interface"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (["seal.enabled=true"], "turn labels"),  # default env is textcraft
+        (["seal.enabled=true", "env.name=bfcl", "seal.reweight=false"], "needs seal.reweight"),
+        (["seal.enabled=true", "env.name=bfcl", "env.kwargs={interface: plain}"], "interface_evolution"),
+        (
+            [
+                "seal.enabled=true",
+                "env.name=bfcl",
+                "seal.interface_evolution=false",
+                "seal.interface_updates=false",
+                "env.kwargs={interface: evolved}",
+            ],
+            "freeze",
+        ),
+        (["seal.enabled=true", "env.name=bfcl", "env.eval_split=train"], "plain interface"),
+    ],
+)
 def test_seal_config_checks(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, override)
@@ -125,13 +161,26 @@ def test_interface_evolution_sets_evolved_and_eval_stays_plain():
     assert load_config("seal_bfcl_no_interface").env.kwargs["interface"] == "plain"
 
 
-TINY_BFCL = ["model.name=tiny", "model.device=cpu", "env.name=bfcl", "env.processes=false",
-             "env.kwargs={tool_format: compact, classes: [TradingBot], train_per_category: 1, "
-             "eval_per_category: 1, categories: [base], max_steps: 2}",
-             "rollout.tasks_per_iter=1", "rollout.group_size=2", "rollout.max_new_tokens=4",
-             "rollout.action_format=raw", "rollout.max_prompt_tokens=2048", "algo.name=grpo",
-             "wia.enabled=false", "tensorboard=false", "eval.at_start=false", "eval.max_tasks=1",
-             "seal.enabled=true", "threads=1"]
+TINY_BFCL = [
+    "model.name=tiny",
+    "model.device=cpu",
+    "env.name=bfcl",
+    "env.processes=false",
+    "env.kwargs={tool_format: compact, classes: [TradingBot], train_per_category: 1, "
+    "eval_per_category: 1, categories: [base], max_steps: 2}",
+    "rollout.tasks_per_iter=1",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=4",
+    "rollout.action_format=raw",
+    "rollout.max_prompt_tokens=2048",
+    "algo.name=grpo",
+    "wia.enabled=false",
+    "tensorboard=false",
+    "eval.at_start=false",
+    "eval.max_tasks=1",
+    "seal.enabled=true",
+    "threads=1",
+]
 
 
 def test_tiny_end_to_end_run_logs_seal_metrics_and_resumes(tmp_path):
@@ -146,8 +195,7 @@ def test_tiny_end_to_end_run_logs_seal_metrics_and_resumes(tmp_path):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "iteration" in r]
     assert len(train) == 1
-    for key in ("seal/weight_mean", "seal/diagnosed", "seal/valid_call_ratio", "seal/profile_size",
-                "seal/rho_pass"):
+    for key in ("seal/weight_mean", "seal/diagnosed", "seal/valid_call_ratio", "seal/profile_size", "seal/rho_pass"):
         assert key in train[0], key
     assert train[0]["seal/diagnosed"] == 1.0  # max_steps=2 < turns: every rollout replay-diagnosed
     assert any(k.startswith("seal/label_") for k in train[0])
@@ -182,8 +230,7 @@ def test_cpu_sizing_kwargs_compact_schemas_and_subsets():
             assert len(json.dumps(short)) <= len(json.dumps(schema_cues(doc)))
             for name, prop in params.get("properties", {}).items():
                 assert short["parameters"]["properties"][name]["type"] == prop["type"]
-    env = make_env("bfcl", classes=["TradingBot"], train_per_category=2, eval_per_category=1,
-                   tool_format="compact")
+    env = make_env("bfcl", classes=["TradingBot"], train_per_category=2, eval_per_category=1, tool_format="compact")
     train, evl = env.tasks("train"), env.tasks("eval")
     assert len(train) == 8 and len(evl) == 4
     assert all(t.metadata["involved_classes"] == ["TradingBot"] for t in train + evl)
@@ -197,7 +244,7 @@ def test_cpu_sizing_kwargs_compact_schemas_and_subsets():
 RECIPE_SWITCHES = {
     # recipe: (reweight, utility_ema, interface_evolution, interface_updates)
     "seal_bfcl": (True, True, True, True),
-    "seal_bfcl_paper": (True, False, True, True),              # the paper's text: rho fixed
+    "seal_bfcl_paper": (True, False, True, True),  # the paper's text: rho fixed
     "seal_bfcl_paper_no_closed_loop": (True, False, True, False),  # paper's w/o closed loop
     "seal_bfcl_authors_no_closed_loop": (True, False, True, True),  # authors' dynamic.enable=false
     "seal_bfcl_no_interface": (True, True, False, False),
@@ -208,8 +255,9 @@ RECIPE_SWITCHES = {
 @pytest.mark.parametrize("recipe", sorted(RECIPE_SWITCHES))
 def test_recipes_resolve_to_their_closed_loop_switches(recipe):
     s = load_config(recipe).seal
-    assert s.enabled and (s.reweight, s.utility_ema, s.interface_evolution, s.interface_updates) == \
-        RECIPE_SWITCHES[recipe]
+    assert (
+        s.enabled and (s.reweight, s.utility_ema, s.interface_evolution, s.interface_updates) == RECIPE_SWITCHES[recipe]
+    )
 
 
 def test_interface_updates_needs_interface_evolution():
@@ -220,8 +268,11 @@ def test_interface_updates_needs_interface_evolution():
 
 
 def _failing_batch(n=40):
-    diag = {"turn_labels": ["state_mismatch"], "priority_labels": ["argument_mismatch"],
-            "dominant_type": "argument_mismatch"}
+    diag = {
+        "turn_labels": ["state_mismatch"],
+        "priority_labels": ["argument_mismatch"],
+        "dominant_type": "argument_mismatch",
+    }
     out = [_traj("a", [0], ["state_mismatch"]) for _ in range(n)]
     for t in out:
         t.steps[-1].info["diagnosis"] = diag
@@ -244,8 +295,14 @@ def test_utility_ema_switch_changes_the_next_batch_weights(ema):
 def test_interface_updates_switch_decides_whether_guidelines_appear(updates):
     from roleagent.envs.workers import EnvPool
 
-    kwargs = {"interface": "evolved", "tool_format": "compact", "classes": ["TradingBot"],
-              "train_per_category": 1, "eval_per_category": 1, "categories": ["base"]}
+    kwargs = {
+        "interface": "evolved",
+        "tool_format": "compact",
+        "classes": ["TradingBot"],
+        "train_per_category": 1,
+        "eval_per_category": 1,
+        "categories": ["base"],
+    }
     with EnvPool("bfcl", kwargs, slots=1, processes=False) as pool:
         hook = SealMethod(SimpleNamespace(pool=pool), SEALConfig(enabled=True, interface_updates=updates))
         metrics = hook.after_iteration(_failing_batch(10), iteration=0)

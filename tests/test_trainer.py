@@ -22,7 +22,7 @@ def _sample(policy, advantage):
     prompt = tok("Which way?", add_special_tokens=False)["input_ids"]
     output = tok(" left", add_special_tokens=False)["input_ids"]
     with torch.no_grad():
-        logits = policy.model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1:-1]
+        logits = policy.model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1]
     old = torch.log_softmax(logits, -1).gather(-1, torch.tensor(output)[:, None]).squeeze(-1)
     return TrainSample(prompt, output, old.tolist(), advantage)
 
@@ -50,9 +50,20 @@ def test_micro_batches_respect_token_budget():
 
 def _traj(task_id, rewards, crashed=False, states=None):
     task = Task(task_id, "scripted")
-    steps = [Step(observation=s, state_key=s, prompt_ids=[1], action_ids=[2], action_logprobs=[0.0],
-                  action_text="a", action="a", valid=True, reward=r)
-             for r, s in zip(rewards, states or [f"s{i}" for i in range(len(rewards))])]
+    steps = [
+        Step(
+            observation=s,
+            state_key=s,
+            prompt_ids=[1],
+            action_ids=[2],
+            action_logprobs=[0.0],
+            action_text="a",
+            action="a",
+            valid=True,
+            reward=r,
+        )
+        for r, s in zip(rewards, states or [f"s{i}" for i in range(len(rewards))])
+    ]
     return Trajectory(task=task, steps=steps, crashed=crashed)
 
 
@@ -102,19 +113,28 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert [r["iteration"] for r in train] == [0, 1]
     assert all(r["update/samples"] > 0 and r["update/grad_norm"] > 0 for r in train)
     assert train == _train_records(tmp_path / "split")
-    records = [json.loads(l) for l in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
-    for key in ("train/success", "train/valid_action_ratio", "train/zero_variance_groups", "update/kl",
-                "update/clip_frac", "update/grad_norm", "speed/generated_tokens_per_s", "time/update_s"):
+    records = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    for key in (
+        "train/success",
+        "train/valid_action_ratio",
+        "train/zero_variance_groups",
+        "update/kl",
+        "update/clip_frac",
+        "update/grad_norm",
+        "speed/generated_tokens_per_s",
+        "time/update_s",
+    ):
         assert key in records[1], key
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "gigpo"])
 def test_baselines_run(tmp_path, algo):
-    trainer = _run(tmp_path, algo, 1, [f"algo.name={algo}", "wia.enabled=false", "eval.at_start=false",
-                                       "optim.kl_coef=0.05"])
+    trainer = _run(
+        tmp_path, algo, 1, [f"algo.name={algo}", "wia.enabled=false", "eval.at_start=false", "optim.kl_coef=0.05"]
+    )
     assert (tmp_path / algo / "eval_table.txt").exists()
     assert trainer.evals[-1].label == "after"
-    record, = _train_records(tmp_path / algo)
+    (record,) = _train_records(tmp_path / algo)
     assert record["update/samples"] > 0 and record["update/grad_norm"] > 0  # the baseline trained
 
 

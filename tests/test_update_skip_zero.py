@@ -14,7 +14,7 @@ import torch
 from roleagent.config import OptimConfig
 from roleagent.trainer.advantages import StepBatch
 from roleagent.trainer.stages import training_samples
-from roleagent.trainer.update import Updater, token_logprobs, _collate
+from roleagent.trainer.update import Updater, _collate, token_logprobs
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -34,8 +34,18 @@ def _batch(policy, advantages_per_traj):
         for t in range(2):
             prompt = tok(f"Room {k} step {t}. Which way?", add_special_tokens=False)["input_ids"]
             output = tok(" go left" + " now" * (k + t), add_special_tokens=False)["input_ids"]
-            steps.append(Step(observation="o", state_key=f"s{t}", prompt_ids=prompt, action_ids=output,
-                              action_logprobs=[0.0] * len(output), action_text="", action="a", valid=True))
+            steps.append(
+                Step(
+                    observation="o",
+                    state_key=f"s{t}",
+                    prompt_ids=prompt,
+                    action_ids=output,
+                    action_logprobs=[0.0] * len(output),
+                    action_text="",
+                    action="a",
+                    valid=True,
+                )
+            )
         trajectories.append(Trajectory(task=Task("t", "scripted"), steps=steps))
     batch = StepBatch.from_trajectories(trajectories)
     advantages = np.repeat(np.asarray(advantages_per_traj, dtype=np.float64), 2)
@@ -51,13 +61,21 @@ def _batch(policy, advantages_per_traj):
 
 def _gradients(policy, samples, *, skip, mini_batches=1):
     """Run Updater.update but record the gradients of each optimizer step instead of stepping."""
-    cfg = OptimConfig(lr=1e-3, skip_zero_advantage=skip, mini_batches=mini_batches, kl_coef=0.0,
-                      entropy_coef=0.0, grad_clip=1e9, micro_batch_tokens=64)
+    cfg = OptimConfig(
+        lr=1e-3,
+        skip_zero_advantage=skip,
+        mini_batches=mini_batches,
+        kl_coef=0.0,
+        entropy_coef=0.0,
+        grad_clip=1e9,
+        micro_batch_tokens=64,
+    )
     updater = Updater(policy, cfg)
     recorded = []
     params = [p for p in policy.model.parameters() if p.requires_grad]
     updater.optimizer.step = lambda: recorded.append(
-        [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params])
+        [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params]
+    )
     metrics = updater.update(samples, random.Random(0))
     return recorded, metrics
 

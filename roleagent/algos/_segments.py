@@ -54,9 +54,7 @@ def factorize(values: Sequence[Hashable] | np.ndarray) -> tuple[np.ndarray, np.n
         codes = np.fromiter((table.setdefault(v, len(table)) for v in seq), np.int64, len(seq))
     except TypeError:  # unhashable entries (lists, arrays): key them by a tuple form
         table.clear()
-        codes = np.fromiter(
-            (table.setdefault(_to_hashable(v), len(table)) for v in seq), np.int64, len(seq)
-        )
+        codes = np.fromiter((table.setdefault(_to_hashable(v), len(table)) for v in seq), np.int64, len(seq))
     first = np.full(len(table), -1, dtype=np.int64)
     # reversed assignment leaves the first occurrence in place
     first[codes[::-1]] = np.arange(len(seq) - 1, -1, -1, dtype=np.int64)

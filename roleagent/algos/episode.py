@@ -26,8 +26,11 @@ Ids = Sequence[Hashable] | np.ndarray
 
 
 def _trajectory_scores(
-    group_ids: Ids, traj_ids: Ids, step_rewards: Sequence[float] | np.ndarray,
-    penalties: Sequence[float] | np.ndarray | None = None, placement: str = "step",
+    group_ids: Ids,
+    traj_ids: Ids,
+    step_rewards: Sequence[float] | np.ndarray,
+    penalties: Sequence[float] | np.ndarray | None = None,
+    placement: str = "step",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(per-trajectory score, per-trajectory group code, per-step trajectory index,
     per-step own penalty). Folded penalties are already inside the scores."""
@@ -66,8 +69,7 @@ def grpo_advantages(
     penalties [0.1, 0, 0] ("step"): the first sample gets (1 − 0.1 − 0.5) / 0.7071 = 0.5657.
     """
     check_mode(mode)
-    scores, traj_group, traj, own = _trajectory_scores(group_ids, traj_ids, step_rewards,
-                                                       penalties, penalty_placement)
+    scores, traj_group, traj, own = _trajectory_scores(group_ids, traj_ids, step_rewards, penalties, penalty_placement)
     if traj.size == 0:
         return np.zeros(0)
     mean, std = segment_stats(scores, traj_group, singleton="episode")
@@ -93,8 +95,7 @@ def rloo_advantages(
 
     Example: one group with scores 1, 0, 0 → 1 − 0 = 1, 0 − 0.5 = −0.5, −0.5.
     """
-    scores, traj_group, traj, own = _trajectory_scores(group_ids, traj_ids, step_rewards,
-                                                       penalties, penalty_placement)
+    scores, traj_group, traj, own = _trajectory_scores(group_ids, traj_ids, step_rewards, penalties, penalty_placement)
     if traj.size == 0:
         return np.zeros(0)
     n_groups = int(traj_group.max()) + 1

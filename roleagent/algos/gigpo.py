@@ -103,8 +103,17 @@ def gigpo_advantages(
     [0.25, -, -0.25]; anchor s1 is a singleton → 0. A = [0.5833, 0.3333, -0.9167].
     """
     a_episode, a_step, _ = gigpo_advantage_parts(
-        group_ids, traj_ids, step_rewards, states, penalties=penalties, penalty_placement=penalty_placement,
-        gamma=gamma, mode=mode, similarity_threshold=similarity_threshold, eps=eps)
+        group_ids,
+        traj_ids,
+        step_rewards,
+        states,
+        penalties=penalties,
+        penalty_placement=penalty_placement,
+        gamma=gamma,
+        mode=mode,
+        similarity_threshold=similarity_threshold,
+        eps=eps,
+    )
     return a_episode + step_weight * a_step
 
 
@@ -124,10 +133,10 @@ def gigpo_advantage_parts(
     """``(A^E, A^S, anchor group id)`` per step sample, the parts of ``gigpo_advantages``
     (same arguments; its worked example: A^E = [1/3, 1/3, -2/3], A^S = [0.25, 0, -0.25],
     anchors [0, 1, 0])."""
-    a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, penalties=penalties,
-                                         penalty_placement=penalty_placement, mode=mode, eps=eps)
-    returns, _ = penalised_step_values(traj_ids, step_rewards, penalties, gamma=gamma,
-                                       placement=penalty_placement)
+    a_episode = gigpo_episode_advantages(
+        group_ids, traj_ids, step_rewards, penalties=penalties, penalty_placement=penalty_placement, mode=mode, eps=eps
+    )
+    returns, _ = penalised_step_values(traj_ids, step_rewards, penalties, gamma=gamma, placement=penalty_placement)
     anchors = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
     if anchors.shape != returns.shape:
         raise ValueError(f"states has shape {anchors.shape}, expected {returns.shape}")

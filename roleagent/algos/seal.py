@@ -43,7 +43,8 @@ the current epoch (reset at epoch end) rather than the last ``window`` trajector
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -61,9 +62,14 @@ PASS_TAG = "pass"  # the utility EMA never moves it (target = base)
 W_MIN, W_MAX = 0.5, 2.0
 
 
-def trajectory_weight(turn_labels: Sequence[str], utilities: Mapping[str, float] = STATIC_UTILITIES,
-                      *, w_min: float = W_MIN, w_max: float = W_MAX,
-                      unknown: float = 1.0) -> float:
+def trajectory_weight(
+    turn_labels: Sequence[str],
+    utilities: Mapping[str, float] = STATIC_UTILITIES,
+    *,
+    w_min: float = W_MIN,
+    w_max: float = W_MAX,
+    unknown: float = 1.0,
+) -> float:
     """clip(mean ρ over the usable turn tags, w_min, w_max); 1.0 without usable tags.
     A tag missing from ``utilities`` counts as ``unknown`` (1.0)."""
     values = [float(utilities.get(t, unknown)) for t in turn_labels if t not in EXCLUDED_TAGS]
@@ -72,12 +78,17 @@ def trajectory_weight(turn_labels: Sequence[str], utilities: Mapping[str, float]
     return float(np.clip(np.mean(values), w_min, w_max))
 
 
-def seal_trajectory_weights(turn_labels: Sequence[Sequence[str]],
-                            utilities: Mapping[str, float] = STATIC_UTILITIES, *,
-                            w_min: float = W_MIN, w_max: float = W_MAX) -> np.ndarray:
+def seal_trajectory_weights(
+    turn_labels: Sequence[Sequence[str]],
+    utilities: Mapping[str, float] = STATIC_UTILITIES,
+    *,
+    w_min: float = W_MIN,
+    w_max: float = W_MAX,
+) -> np.ndarray:
     """One weight per trajectory (float64 array of shape [n_trajectories])."""
-    return np.asarray([trajectory_weight(labels, utilities, w_min=w_min, w_max=w_max)
-                       for labels in turn_labels], dtype=np.float64)
+    return np.asarray(
+        [trajectory_weight(labels, utilities, w_min=w_min, w_max=w_max) for labels in turn_labels], dtype=np.float64
+    )
 
 
 def reweight_advantages(advantages: Any, weights_per_sample: Any) -> np.ndarray:
@@ -98,8 +109,7 @@ def expand_to_samples(trajectory_weights: Any, trajectory_index: Sequence[int]) 
     return np.asarray(trajectory_weights, dtype=np.float64)[np.asarray(trajectory_index, dtype=np.int64)]
 
 
-def tag_statistics(turn_labels: Iterable[Sequence[str]], rewards: Iterable[float]
-                   ) -> dict[str, dict[str, float]]:
+def tag_statistics(turn_labels: Iterable[Sequence[str]], rewards: Iterable[float]) -> dict[str, dict[str, float]]:
     """{tag: {"count", "prevalence", "reward_mean"}} over trajectories (a tag counts once
     per trajectory)."""
     labels = [set(t) - EXCLUDED_TAGS for t in turn_labels]
@@ -113,26 +123,43 @@ def tag_statistics(turn_labels: Iterable[Sequence[str]], rewards: Iterable[float
             s = out.setdefault(tag, {"count": 0.0, "reward_sum": 0.0})
             s["count"] += 1
             s["reward_sum"] += r
-    return {tag: {"count": s["count"], "prevalence": s["count"] / n,
-                  "reward_mean": s["reward_sum"] / s["count"]} for tag, s in out.items()}
+    return {
+        tag: {"count": s["count"], "prevalence": s["count"] / n, "reward_mean": s["reward_sum"] / s["count"]}
+        for tag, s in out.items()
+    }
 
 
-def closed_loop_target(base: float, count: float, prevalence: float, reward_mean: float, *,
-                       alpha: float = 1.0, confidence_samples: int = 32,
-                       w_min: float = W_MIN, w_max: float = W_MAX) -> float:
+def closed_loop_target(
+    base: float,
+    count: float,
+    prevalence: float,
+    reward_mean: float,
+    *,
+    alpha: float = 1.0,
+    confidence_samples: int = 32,
+    w_min: float = W_MIN,
+    w_max: float = W_MAX,
+) -> float:
     """clamp(base·(1 + α·prevalence·(1 − reward_mean)·min(1, count/confidence)), w_min, w_max)."""
     confidence = min(1.0, count / float(confidence_samples))
-    return float(np.clip(base * (1.0 + alpha * prevalence * (1.0 - reward_mean) * confidence),
-                         w_min, w_max))
+    return float(np.clip(base * (1.0 + alpha * prevalence * (1.0 - reward_mean) * confidence), w_min, w_max))
 
 
 class ClosedLoopWeights:
     """Per-tag utilities that track the current failure profile (the utility EMA toward
     the target; ``pass`` stays at its base)."""
 
-    def __init__(self, base: Mapping[str, float] | None = None, *, beta: float = 0.25,
-                 alpha: float = 1.0, confidence_samples: int = 32, window: int = 512,
-                 w_min: float = W_MIN, w_max: float = W_MAX) -> None:
+    def __init__(
+        self,
+        base: Mapping[str, float] | None = None,
+        *,
+        beta: float = 0.25,
+        alpha: float = 1.0,
+        confidence_samples: int = 32,
+        window: int = 512,
+        w_min: float = W_MIN,
+        w_max: float = W_MAX,
+    ) -> None:
         self.base = dict(STATIC_UTILITIES if base is None else base)
         self.beta = float(beta)
         self.alpha = float(alpha)
@@ -143,8 +170,7 @@ class ClosedLoopWeights:
         self._history: deque[tuple[tuple[str, ...], float]] = deque(maxlen=self.window)
         self.updates = 0
 
-    def update(self, turn_labels: Sequence[Sequence[str]], rewards: Sequence[float]
-               ) -> dict[str, float]:
+    def update(self, turn_labels: Sequence[Sequence[str]], rewards: Sequence[float]) -> dict[str, float]:
         """Add a batch of diagnosed trajectories to the window and move every tag one EMA
         step toward its target (a tag absent from the window, and ``pass`` always, target
         their base utility); returns the new utilities."""
@@ -158,10 +184,16 @@ class ClosedLoopWeights:
             # absent from the window (or pass): prevalence 0, so target = base (decay back)
             s = absent if tag == PASS_TAG else stats.get(tag, absent)
             base = self.base.get(tag, 1.0)
-            target = closed_loop_target(base, s["count"], s["prevalence"], s["reward_mean"],
-                                        alpha=self.alpha,
-                                        confidence_samples=self.confidence_samples,
-                                        w_min=self.w_min, w_max=self.w_max)
+            target = closed_loop_target(
+                base,
+                s["count"],
+                s["prevalence"],
+                s["reward_mean"],
+                alpha=self.alpha,
+                confidence_samples=self.confidence_samples,
+                w_min=self.w_min,
+                w_max=self.w_max,
+            )
             current = self.weights.get(tag, base)
             self.weights[tag] = (1.0 - self.beta) * current + self.beta * target
         self.updates += 1
@@ -171,14 +203,21 @@ class ClosedLoopWeights:
         return dict(self.weights)
 
     def trajectory_weights(self, turn_labels: Sequence[Sequence[str]]) -> np.ndarray:
-        return seal_trajectory_weights(turn_labels, self.weights, w_min=self.w_min,
-                                       w_max=self.w_max)
+        return seal_trajectory_weights(turn_labels, self.weights, w_min=self.w_min, w_max=self.w_max)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"base": dict(self.base), "beta": self.beta, "alpha": self.alpha,
-                "confidence_samples": self.confidence_samples, "window": self.window,
-                "w_min": self.w_min, "w_max": self.w_max, "weights": dict(self.weights),
-                "history": [[list(t), r] for t, r in self._history], "updates": self.updates}
+        return {
+            "base": dict(self.base),
+            "beta": self.beta,
+            "alpha": self.alpha,
+            "confidence_samples": self.confidence_samples,
+            "window": self.window,
+            "w_min": self.w_min,
+            "w_max": self.w_max,
+            "weights": dict(self.weights),
+            "history": [[list(t), r] for t, r in self._history],
+            "updates": self.updates,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.base = dict(state["base"])
@@ -186,6 +225,5 @@ class ClosedLoopWeights:
         self.confidence_samples, self.window = int(state["confidence_samples"]), int(state["window"])
         self.w_min, self.w_max = float(state["w_min"]), float(state["w_max"])
         self.weights = dict(state["weights"])
-        self._history = deque(((tuple(t), float(r)) for t, r in state["history"]),
-                              maxlen=self.window)
+        self._history = deque(((tuple(t), float(r)) for t, r in state["history"]), maxlen=self.window)
         self.updates = int(state["updates"])

@@ -186,9 +186,18 @@ def role_agent_advantages(
     A^E: scores [1, 1, 0] − 2/3. A = [0.8333, 0.3333, -1.1667].
     """
     a_state, a_episode, _ = role_agent_advantage_parts(
-        group_ids, traj_ids, step_rewards, states, prediction_scores, penalties=penalties,
-        penalty_placement=penalty_placement, gamma=gamma, mode=mode,
-        similarity_threshold=similarity_threshold, eps=eps)
+        group_ids,
+        traj_ids,
+        step_rewards,
+        states,
+        prediction_scores,
+        penalties=penalties,
+        penalty_placement=penalty_placement,
+        gamma=gamma,
+        mode=mode,
+        similarity_threshold=similarity_threshold,
+        eps=eps,
+    )
     return a_state + alpha * a_episode
 
 

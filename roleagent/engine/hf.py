@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import re
+
 import torch
 
 from roleagent.engine.base import Generation, SamplingParams
@@ -62,7 +63,7 @@ class HFEngine:
         so this only guards against runaway observations.
         """
         ids = encode_chat(self.tokenizer, messages, response_prefix=response_prefix)
-        return ids[-self.max_prompt_tokens:]
+        return ids[-self.max_prompt_tokens :]
 
     # ------------------------------------------------------------- generation --------
 
@@ -71,7 +72,7 @@ class HFEngine:
         """Sample one continuation per prompt, in chunks of at most ``max_batch`` rows."""
         results: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch):
-            results.extend(self._generate_batch(prompts[start:start + self.max_batch], params))
+            results.extend(self._generate_batch(prompts[start : start + self.max_batch], params))
         return results
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -87,8 +88,8 @@ class HFEngine:
         input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)  # (n, L)
         attention = torch.zeros((n, width), dtype=torch.long, device=device)  # (n, L)
         for row, ids in enumerate(prompts):  # left padding
-            input_ids[row, width - len(ids):] = torch.tensor(ids, device=device)
-            attention[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
+            attention[row, width - len(ids) :] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (n, L)
         self.prompt_tokens += sum(len(p) for p in prompts)
 
@@ -100,8 +101,11 @@ class HFEngine:
         step_input, step_positions = input_ids, positions
         for _ in range(params.max_new_tokens):
             output = model(
-                input_ids=step_input, attention_mask=attention, position_ids=step_positions,
-                use_cache=True, **{self._cache_kwarg: cache},
+                input_ids=step_input,
+                attention_mask=attention,
+                position_ids=step_positions,
+                use_cache=True,
+                **{self._cache_kwarg: cache},
             )
             cache = getattr(output, self._cache_kwarg)
             logits = output.logits[:, -1, :].float()  # (b, V)
@@ -212,7 +216,7 @@ def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -
     for match in specials.finditer(text) if specials else ():
         if any(a < match.end() and match.start() < b for a, b in spans):
             continue  # (partly) inside a message content: stays text
-        ids += _encode_text(tokenizer, text[start:match.start()])
+        ids += _encode_text(tokenizer, text[start : match.start()])
         ids.append(tokenizer.convert_tokens_to_ids(match.group()))
         start = match.end()
     return ids + _encode_text(tokenizer, text[start:])
@@ -238,8 +242,9 @@ def _special_tokens_re(tokenizer) -> re.Pattern[str] | None:
 def _content_spans(tokenizer, messages: list[dict], text: str) -> list[tuple[int, int]] | None:
     """Character spans of the message contents in ``text`` (the rendered prompt), or None
     when the template does not copy contents verbatim."""
-    marked = [{**m, "content": _MARK.format(i)} if isinstance(m.get("content"), str) else m
-              for i, m in enumerate(messages)]
+    marked = [
+        {**m, "content": _MARK.format(i)} if isinstance(m.get("content"), str) else m for i, m in enumerate(messages)
+    ]
     skeleton = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
     parts = _MARK_RE.split(skeleton)  # template, index, template, index, ..., template
     spans, rebuilt, pos = [], [], 0

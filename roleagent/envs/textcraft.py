@@ -67,10 +67,15 @@ class TextCraftEnv(Environment):
             task_id = f"textcraft/{name}"
             in_eval = int(hashlib.sha1(task_id.encode()).hexdigest(), 16) % 10 < 2
             if in_eval == (split == "eval"):
-                tasks.append(Task(
-                    id=task_id, env=self.name, split=split,
-                    payload={"goal": item}, metadata={"task_type": f"depth{depth}", "depth": depth},
-                ))
+                tasks.append(
+                    Task(
+                        id=task_id,
+                        env=self.name,
+                        split=split,
+                        payload={"goal": item},
+                        metadata={"task_type": f"depth{depth}", "depth": depth},
+                    )
+                )
         return tasks
 
     # --------------------------------------------------------------- episodes --------
@@ -86,7 +91,7 @@ class TextCraftEnv(Environment):
         lines = recipes + distractors
         rng.shuffle(lines)
         goal_text = goal.removeprefix("minecraft:").replace("_", " ")
-        instruction = (COMMANDS + "Crafting commands:\n" + "\n".join(lines) + f"\n\nGoal: craft {goal_text}.")
+        instruction = COMMANDS + "Crafting commands:\n" + "\n".join(lines) + f"\n\nGoal: craft {goal_text}."
         observation = "You are not carrying anything."
         return observation, {"instruction": instruction}
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import traceback
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 from roleagent.envs.base import Environment, StepResult, factory_of, instantiate, make_env
 from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, sanitize, sanitize_text, truncate
@@ -50,10 +51,10 @@ def _handle(env: Environment, command: str, args: tuple) -> Any:
 def _reply(env: Environment, observation: str, result: StepResult | None, info: dict | None) -> EnvReply:
     observation = truncate(sanitize_text(str(observation)), env.max_observation_chars)
     if result is None:
-        return EnvReply(observation, env.state_key(observation), info=info,
-                        admissible=env.admissible_actions())
-    return EnvReply(observation, env.state_key(observation), float(result.reward), bool(result.done),
-                    info, env.admissible_actions())
+        return EnvReply(observation, env.state_key(observation), info=info, admissible=env.admissible_actions())
+    return EnvReply(
+        observation, env.state_key(observation), float(result.reward), bool(result.done), info, env.admissible_actions()
+    )
 
 
 def _step(env: Environment, action: str) -> EnvReply:
@@ -128,9 +129,7 @@ class _ProcessSlot:
     def _start(self) -> None:
         context = mp.get_context("spawn")
         self.conn, child = context.Pipe()
-        self.process = context.Process(
-            target=_worker_main, args=(child, self.factory, self.env_kwargs), daemon=True
-        )
+        self.process = context.Process(target=_worker_main, args=(child, self.factory, self.env_kwargs), daemon=True)
         self.process.start()
         child.close()
 
@@ -201,8 +200,11 @@ class EnvPool:
         self.env_kwargs = dict(env_kwargs or {})
         self.processes = processes
         factory = factory_of(env_name)  # a registered name, entry point or module:Class
-        make = (lambda: _ProcessSlot(factory, self.env_kwargs, timeout)) if processes else (
-            lambda: _LocalSlot(env_name, self.env_kwargs))
+        make = (
+            (lambda: _ProcessSlot(factory, self.env_kwargs, timeout))
+            if processes
+            else (lambda: _LocalSlot(env_name, self.env_kwargs))
+        )
         self._slots = [make() for _ in range(slots)]
         # One local instance answers questions that need no episode (tasks, taxonomy).
         self.meta = make_env(env_name, **self.env_kwargs)
@@ -250,8 +252,10 @@ class EnvPool:
         return out
 
     def expert_actions(self, slots: list[int]) -> list[str | None]:
-        return [value if status == "ok" else None
-                for status, value in self._call_many("expert_action", [(s, ()) for s in slots])]
+        return [
+            value if status == "ok" else None
+            for status, value in self._call_many("expert_action", [(s, ()) for s in slots])
+        ]
 
     def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
         return sanitize(self.meta.diagnose(trajectory))
@@ -263,7 +267,7 @@ class EnvPool:
         message)``. An in-process pool (``processes=False``) has no timeout."""
         out: list[tuple[str, Any]] = []
         for start in range(0, len(trajectories), self.size):
-            chunk = trajectories[start:start + self.size]
+            chunk = trajectories[start : start + self.size]
             out.extend(self._call_many("diagnose", [(i, (t,)) for i, t in enumerate(chunk)]))
         return out
 
@@ -281,7 +285,7 @@ class EnvPool:
             slot.close()
         self.meta.close()
 
-    def __enter__(self) -> "EnvPool":
+    def __enter__(self) -> EnvPool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -65,11 +65,11 @@ def check_methods(cfg: Any) -> None:
     names = [cls.name for cls in classes]
     if len(set(names)) != len(names):
         raise ConfigError(f"methods: two methods share a name ({', '.join(names)})")
-    external = {cls.name for cls in classes[len(classes) - len(cfg.methods):]}
+    external = {cls.name for cls in classes[len(classes) - len(cfg.methods) :]}
     for name in cfg.method_settings:
         if name not in external:
             raise ConfigError(f"method_settings.{name}: no method {name!r} in 'methods'")
-    for cls in classes[len(classes) - len(cfg.methods):]:
+    for cls in classes[len(classes) - len(cfg.methods) :]:
         _settings(cls, cfg)
     for cls in classes:
         cls.check_config(cfg)

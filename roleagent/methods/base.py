@@ -17,9 +17,10 @@ order they were built, and knows nothing else about them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,8 +43,8 @@ class MethodContext:
     pool: Any  # roleagent.envs.workers.EnvPool (diagnose, call_all, meta)
     engine: Any  # roleagent.engine.Engine
     chat: Chat  # batched chat completion with the policy
-    train_tasks: list["Task"]
-    settings: "RolloutSettings"  # the training rollouts' settings (max_steps, temperature, ...)
+    train_tasks: list[Task]
+    settings: RolloutSettings  # the training rollouts' settings (max_steps, temperature, ...)
 
 
 class Method:
@@ -68,33 +69,33 @@ class Method:
         """Fill in what a valid config leaves implied (runs after validation)."""
 
     # -- replacing a stage (None keeps the default) --------------------------------------
-    def task_source(self) -> "TaskSource | None":
+    def task_source(self) -> TaskSource | None:
         return None
 
-    def collector(self) -> "Collector | None":
+    def collector(self) -> Collector | None:
         return None
 
-    def scorer(self) -> "Scorer | None":
+    def scorer(self) -> Scorer | None:
         return None
 
-    def objective(self) -> "Objective | None":
+    def objective(self) -> Objective | None:
         return None
 
-    def rollout_extension(self) -> "RolloutExtension | None":
+    def rollout_extension(self) -> RolloutExtension | None:
         """An extra batched generation per turn (after the actions, before the
         environments step), recorded in ``step.extras[extension.name]``."""
         return None
 
     # -- hooks around the stages -----------------------------------------------------------
-    def adjust_advantages(self, batch: "StepBatch", advantages: np.ndarray) -> np.ndarray:
+    def adjust_advantages(self, batch: StepBatch, advantages: np.ndarray) -> np.ndarray:
         """The advantages to train on, shape (n,), one per step sample of ``batch``."""
         return advantages
 
-    def extra_samples(self, step: "Step", advantage: float) -> list["TrainSample"]:
+    def extra_samples(self, step: Step, advantage: float) -> list[TrainSample]:
         """Training samples this method adds for one step (after the action's own)."""
         return []
 
-    def after_iteration(self, trajectories: list["Trajectory"], iteration: int) -> dict[str, float]:
+    def after_iteration(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """Called once per iteration after the update; metrics are logged as ``name/key``."""
         return {}
 

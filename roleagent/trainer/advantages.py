@@ -13,8 +13,8 @@ trainer writes all of them into the rollout dumps (``step.extras["algo"]``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class StepBatch:
     states: list  # (n,) state keys
 
     @classmethod
-    def from_trajectories(cls, trajectories: list[Trajectory]) -> "StepBatch":
+    def from_trajectories(cls, trajectories: list[Trajectory]) -> StepBatch:
         kept = [t for t in trajectories if not t.crashed and t.steps]
         group_ids, traj_ids, rewards, penalties, states = [], [], [], [], []
         for index, trajectory in enumerate(kept):
@@ -131,8 +131,15 @@ def rloo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
 def gigpo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
     """GiGPO (Feng et al., 2025, arXiv 2505.10978): ``A = A^E + step_weight · A^S``."""
     a_episode, a_step, groups = algos.gigpo_advantage_parts(
-        batch.group_ids, batch.traj_ids, batch.rewards, batch.states, gamma=cfg.gamma,
-        similarity_threshold=cfg.similarity_threshold, mode=cfg.norm, **_placed(batch, cfg))
+        batch.group_ids,
+        batch.traj_ids,
+        batch.rewards,
+        batch.states,
+        gamma=cfg.gamma,
+        similarity_threshold=cfg.similarity_threshold,
+        mode=cfg.norm,
+        **_placed(batch, cfg),
+    )
     return Advantages(a_episode + cfg.step_weight * a_step, {"episode": a_episode, "step": a_step}, groups)
 
 

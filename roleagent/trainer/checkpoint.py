@@ -35,9 +35,10 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,8 +62,13 @@ class RunDirBusy(RuntimeError):
 
 
 def save_checkpoint(
-    run_dir: Path, iteration: int, *, policy: Policy, optimizer: torch.optim.Optimizer,
-    state: dict[str, Any], keep: int = 2,
+    run_dir: Path,
+    iteration: int,
+    *,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int = 2,
 ) -> Path:
     root = run_dir / "checkpoints"
     final = root / f"iter_{iteration:06d}"
@@ -117,14 +123,15 @@ def checkpoint_candidates(run_dir: Path) -> list[Path]:
     root = run_dir / "checkpoints"
     found = []
     for path in root.glob("iter_*") if root.is_dir() else ():
-        suffix = path.name[len("iter_"):]
+        suffix = path.name[len("iter_") :]
         if path.is_dir() and suffix.isdigit():
             found.append((int(suffix), path))
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def find_checkpoint(run_dir: Path, *, lora: bool, device: str | torch.device = "cpu",
-                    warn: Callable[[str], None] = print) -> LoadedCheckpoint | None:
+def find_checkpoint(
+    run_dir: Path, *, lora: bool, device: str | torch.device = "cpu", warn: Callable[[str], None] = print
+) -> LoadedCheckpoint | None:
     """The newest checkpoint that validates and loads; ``None`` if the run never saved one.
 
     A checkpoint that fails is reported through ``warn`` (naming the file) and the previous
@@ -139,7 +146,8 @@ def find_checkpoint(run_dir: Path, *, lora: bool, device: str | torch.device = "
             raise CheckpointError(
                 f"{pointer} names {named}, which does not exist, and {root} holds no other "
                 "checkpoint: refusing to restart this run from iteration 0 (restore the checkpoint, "
-                "or move the run directory away to start over)")
+                "or move the run directory away to start over)"
+            )
         return None
     if named is None:
         warn(f"{pointer} is missing; looking for the newest valid checkpoint in {root}")
@@ -159,19 +167,23 @@ def read_checkpoint(path: Path, *, lora: bool, device: str | torch.device = "cpu
     """Validate ``path`` against its manifest and load its files (no code runs)."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
-        raise CheckpointError(f"{manifest_path} is missing (incomplete checkpoint, or one written "
-                              "by an older roleagent, which this version cannot validate)")
+        raise CheckpointError(
+            f"{manifest_path} is missing (incomplete checkpoint, or one written "
+            "by an older roleagent, which this version cannot validate)"
+        )
     manifest = _read_json(manifest_path)
     if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{manifest_path}: checkpoint format {manifest.get('format')}, "
-                              f"this roleagent reads {FORMAT}")
+        raise CheckpointError(
+            f"{manifest_path}: checkpoint format {manifest.get('format')}, this roleagent reads {FORMAT}"
+        )
     for name, entry in manifest.get("files", {}).items():
         file = path / name
         if not file.is_file():
             raise CheckpointError(f"{file} is missing")
         if file.stat().st_size != entry["size"]:
-            raise CheckpointError(f"{file} has {file.stat().st_size} bytes, the manifest "
-                                  f"recorded {entry['size']} (truncated or altered)")
+            raise CheckpointError(
+                f"{file} has {file.stat().st_size} bytes, the manifest recorded {entry['size']} (truncated or altered)"
+            )
         if _sha256(file) != entry["sha256"]:
             raise CheckpointError(f"{file} does not match its SHA-256 in the manifest (altered)")
     weights_file = path / ("adapter" if lora else "model.safetensors")
@@ -211,8 +223,10 @@ def safe_load(path: Path, **kwargs: Any) -> Any:
     try:
         return torch.load(path, weights_only=True, **kwargs)
     except Exception as error:  # noqa: BLE001 - includes UnpicklingError for forbidden globals
-        raise CheckpointError(f"{path}: refused or unreadable ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
+        raise CheckpointError(
+            f"{path}: refused or unreadable ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        ) from error
 
 
 # --------------------------------------------------------------------- RNGs ----------
@@ -272,8 +286,10 @@ class RunDirLock:
             self._file.seek(0)
             holder = self._file.read().strip() or "unknown"
             self._file.close()
-            raise RunDirBusy(f"{run_dir} is in use by another trainer (pid {holder} holds {self.path}); "
-                             "wait for it to finish or choose another run_dir") from None
+            raise RunDirBusy(
+                f"{run_dir} is in use by another trainer (pid {holder} holds {self.path}); "
+                "wait for it to finish or choose another run_dir"
+            ) from None
         self._file.seek(0)
         self._file.truncate()
         self._file.write(str(os.getpid()))

@@ -89,14 +89,20 @@ class Trainer:
         torch.manual_seed(cfg.seed)
 
         m, r = cfg.model, cfg.rollout
-        self.policy = load_policy(m.name, device=m.device, dtype=m.dtype, lora_rank=m.lora_rank,
-                                  lora_alpha=m.lora_alpha, seed=cfg.seed)
+        self.policy = load_policy(
+            m.name, device=m.device, dtype=m.dtype, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, seed=cfg.seed
+        )
         if m.gradient_checkpointing:
             self.policy.model.gradient_checkpointing_enable()
         self.engine = create_engine(m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens)
         self.engine.seed(cfg.seed)
-        self.pool = EnvPool(cfg.env.name, cfg.env.kwargs, slots=r.tasks_per_iter * r.group_size,
-                            processes=cfg.env.processes, timeout=cfg.env.timeout)
+        self.pool = EnvPool(
+            cfg.env.name,
+            cfg.env.kwargs,
+            slots=r.tasks_per_iter * r.group_size,
+            processes=cfg.env.processes,
+            timeout=cfg.env.timeout,
+        )
         env = self.pool.meta
         self.train_tasks = env.tasks(cfg.env.train_split)
         self.eval_tasks = panel(env.tasks(cfg.env.eval_split), cfg.eval.max_tasks)
@@ -104,9 +110,14 @@ class Trainer:
             raise ValueError(f"{len(self.train_tasks)} training tasks < rollout.tasks_per_iter={r.tasks_per_iter}")
         self.max_steps = r.max_steps or env.max_steps
         self.settings = RolloutSettings(
-            max_steps=self.max_steps, action_format=r.action_format, history=r.history,
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-            invalid_penalty=r.invalid_penalty, project_actions=r.project_actions,
+            max_steps=self.max_steps,
+            action_format=r.action_format,
+            history=r.history,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            invalid_penalty=r.invalid_penalty,
+            project_actions=r.project_actions,
         )
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
@@ -117,24 +128,40 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.finished = False  # the run's final evaluation is already on disk
         self._metrics_position: dict | None = None
-        if resume and (loaded := find_checkpoint(self.run_dir, lora=self.policy.lora, device=self.policy.device,
-                                                 warn=self._warn)) is not None:
+        if (
+            resume
+            and (
+                loaded := find_checkpoint(
+                    self.run_dir, lora=self.policy.lora, device=self.policy.device, warn=self._warn
+                )
+            )
+            is not None
+        ):
             self._restore(loaded)
 
     # ------------------------------------------------------------ components ---------
 
     def _build_stages(self, cfg: TrainConfig) -> None:
         """The enabled methods, then each stage: a method's replacement or the default."""
-        context = MethodContext(cfg=cfg, run_dir=self.run_dir, pool=self.pool, engine=self.engine, chat=self.chat,
-                                train_tasks=self.train_tasks, settings=self.settings)
+        context = MethodContext(
+            cfg=cfg,
+            run_dir=self.run_dir,
+            pool=self.pool,
+            engine=self.engine,
+            chat=self.chat,
+            train_tasks=self.train_tasks,
+            settings=self.settings,
+        )
         self.methods = build_methods(cfg, context)
         self.task_source = self._stage("task_source", lambda: UniformTaskSource(self.train_tasks))
         extensions = [x for m in self.methods if (x := m.rollout_extension()) is not None]
-        self.collector = self._stage("collector",
-                                     lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions))
+        self.collector = self._stage(
+            "collector", lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions)
+        )
         self.scorer = self._stage("scorer", EnvironmentReward)
         self.objective = self._stage(
-            "objective", lambda: PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature))
+            "objective", lambda: PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature)
+        )
 
     def _stage(self, kind: str, default):
         """The one method's replacement for stage ``kind`` (``Method.<kind>()``), else ``default()``."""
@@ -150,8 +177,9 @@ class Trainer:
                 return method
         raise KeyError(f"no enabled method {name!r}")
 
-    def chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 256,
-             temperature: float = 0.0) -> list[str]:
+    def chat(
+        self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
         """Batched chat completion with the policy (e.g. Agent-In-World's analyst and retriever)."""
         prompts = [self.engine.encode_chat(c) for c in conversations]
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
@@ -162,8 +190,10 @@ class Trainer:
     def run(self) -> list[EvalResult]:
         cfg = self.cfg
         if self.finished:
-            self._warn(f"{self.run_dir}: this run already finished ({cfg.iterations} iterations, final "
-                       "evaluation written); nothing to do")
+            self._warn(
+                f"{self.run_dir}: this run already finished ({cfg.iterations} iterations, final "
+                "evaluation written); nothing to do"
+            )
             return self.evals
         self._prepare_files()
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
@@ -181,8 +211,7 @@ class Trainer:
         self.evaluate("after")
         self.write_summary()
         if checkpoint is not None:
-            mark_finished(checkpoint, {"iterations": cfg.iterations,
-                                       "evals": [(e.label, e.table) for e in self.evals]})
+            mark_finished(checkpoint, {"iterations": cfg.iterations, "evals": [(e.label, e.table) for e in self.evals]})
         return self.evals
 
     def _prepare_files(self) -> None:
@@ -198,13 +227,17 @@ class Trainer:
         if self.resume and not checkpoint_candidates(self.run_dir):
             # A record past the first save point proves a checkpoint was written.
             records = self.metrics.records()
-            late = [r["iteration"] for r in records if isinstance(r.get("iteration"), int)
-                    and r["iteration"] >= self.cfg.checkpoint_every]
+            late = [
+                r["iteration"]
+                for r in records
+                if isinstance(r.get("iteration"), int) and r["iteration"] >= self.cfg.checkpoint_every
+            ]
             if late or (self.cfg.iterations > 0 and any(r.get("eval") == "after" for r in records)):
                 raise CheckpointError(
                     f"{self.metrics.path} shows that checkpoints were saved, but "
                     f"{self.run_dir / 'checkpoints'} holds none: refusing to restart from iteration 0 "
-                    "over this run (restore the checkpoints, or start over with --no-resume)")
+                    "over this run (restore the checkpoints, or start over with --no-resume)"
+                )
         self.metrics.reset()
         for method in self.methods:
             method.start_fresh()
@@ -259,9 +292,13 @@ class Trainer:
             **{f"update/{k}": v for k, v in update.items()},
             **method_metrics,
             "env_restarts": self.pool.restarts,
-            "time/rollout_s": rollout_s, "time/generate_s": stats.generate_s,
-            "time/extension_s": stats.extension_s, "time/env_s": stats.env_s,
-            "time/advantage_s": advantage_s, "time/update_s": update_s, **method_times,
+            "time/rollout_s": rollout_s,
+            "time/generate_s": stats.generate_s,
+            "time/extension_s": stats.extension_s,
+            "time/env_s": stats.env_s,
+            "time/advantage_s": advantage_s,
+            "time/update_s": update_s,
+            **method_times,
             "time/iteration_s": time.perf_counter() - started,
             "speed/rollout_tokens_per_s": (stats.generated_tokens + stats.prompt_tokens) / max(rollout_s, 1e-9),
             "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.extension_s, 1e-9),
@@ -279,17 +316,22 @@ class Trainer:
 
         def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
             with self._progress(f"eval {label}", self.max_steps * -(-len(wave) // self.pool.size)) as bar:
-                return run_episodes(engine=self.engine, pool=self.pool, jobs=wave, settings=settings,
-                                    progress=bar)[0]
+                return run_episodes(engine=self.engine, pool=self.pool, jobs=wave, settings=settings, progress=bar)[0]
 
         trajectories, replays = replay_crashed(play, jobs, cfg.eval.crash_retries)
         self.engine.set_rng_state(generator_state)
         result = EvalResult(label, trajectories, success_by_type(trajectories, self.pool.meta.table_columns))
         self.evals.append(result)
         self._dump(f"eval_{label}", trajectories)
-        self.metrics.write({"eval": label, **rollout_metrics(trajectories, prefix="eval/"),
-                            **{f"eval/success_{k}": v for k, v in result.table.items()},
-                            "eval/crashed_episodes": crashed_count(trajectories), "eval/replayed_episodes": replays})
+        self.metrics.write(
+            {
+                "eval": label,
+                **rollout_metrics(trajectories, prefix="eval/"),
+                **{f"eval/success_{k}": v for k, v in result.table.items()},
+                "eval/crashed_episodes": crashed_count(trajectories),
+                "eval/replayed_episodes": replays,
+            }
+        )
         return result
 
     # ------------------------------------------------------- persistence -------------
@@ -303,8 +345,9 @@ class Trainer:
             "evals": [(e.label, e.table) for e in self.evals],
             "metrics": self.metrics.position(),
         }
-        return save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer,
-                               state=state)
+        return save_checkpoint(
+            self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state
+        )
 
     def _restore(self, loaded: LoadedCheckpoint) -> None:
         state = loaded.state
@@ -329,8 +372,12 @@ class Trainer:
         rows = {e.label: e.table for e in self.evals}
         table = format_table(rows, title=f"{self.cfg.env.name} {self.cfg.env.eval_split} success (%)")
         (self.run_dir / "eval_table.txt").write_text(table + "\n")
-        summary = {"run_dir": str(self.run_dir), "algo": self.cfg.algo.name, "evals": rows,
-                   "eval_tasks": [t.id for t in self.eval_tasks]}
+        summary = {
+            "run_dir": str(self.run_dir),
+            "algo": self.cfg.algo.name,
+            "evals": rows,
+            "eval_tasks": [t.id for t in self.eval_tasks],
+        }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         for method in self.methods:
             method.write_summary(self.run_dir)
@@ -362,9 +409,16 @@ class Trainer:
     def _log(self, record: dict) -> None:
         if self.quiet:
             return
-        keys = ["train/success", "train/return", "train/valid_action_ratio",
-                "train/zero_variance_groups", "update/samples", "update/kl", "update/clip_frac",
-                "update/grad_norm", "time/iteration_s"]
-        shown = " ".join(f"{k.split('/')[-1]}={record[k]:.3g}" for k in keys
-                         if isinstance(record.get(k), (int, float)))
+        keys = [
+            "train/success",
+            "train/return",
+            "train/valid_action_ratio",
+            "train/zero_variance_groups",
+            "update/samples",
+            "update/kl",
+            "update/clip_frac",
+            "update/grad_norm",
+            "time/iteration_s",
+        ]
+        shown = " ".join(f"{k.split('/')[-1]}={record[k]:.3g}" for k in keys if isinstance(record.get(k), (int, float)))
         print(f"iter {record['iteration']}: {shown}", flush=True)

@@ -56,9 +56,11 @@ class MetricsWriter:
         data = self.path.read_bytes() if self.path.exists() else b""
         n = int(position["bytes"])
         if len(data) < n or hashlib.sha256(data[:n]).hexdigest() != position["sha256"]:
-            raise RuntimeError(f"{self.path} does not start with the {n} bytes the checkpoint recorded "
-                               f"(it has {len(data)}): the file was lost, truncated or edited; "
-                               "restore it or start the run over in a new run_dir")
+            raise RuntimeError(
+                f"{self.path} does not start with the {n} bytes the checkpoint recorded "
+                f"(it has {len(data)}): the file was lost, truncated or edited; "
+                "restore it or start the run over in a new run_dir"
+            )
         if len(data) > n:
             with self.path.open("r+b") as f:
                 f.truncate(n)
@@ -72,7 +74,7 @@ class MetricsWriter:
     def records(self) -> list[dict[str, Any]]:
         """The records so far (lines that do not parse are skipped: a torn last line)."""
         out = []
-        for line in (self.path.read_text().splitlines() if self.path.exists() else []):
+        for line in self.path.read_text().splitlines() if self.path.exists() else []:
             try:
                 out.append(json.loads(line))
             except ValueError:
@@ -98,8 +100,11 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         f"{prefix}length": float(np.mean([len(t.steps) for t in trajectories])),
         f"{prefix}valid_action_ratio": float(np.mean([s.valid for s in steps])) if steps else 0.0,
         f"{prefix}crashed": float(np.mean([t.crashed for t in trajectories])),
-        f"{prefix}projected_action_ratio": float(np.mean(["projected_from" in s.info for s in steps])) if steps else 0.0,
+        f"{prefix}projected_action_ratio": float(np.mean(["projected_from" in s.info for s in steps]))
+        if steps
+        else 0.0,
     }
+
     def wia_scores(t: Trajectory) -> list[float]:  # World-In-Agent's records, when it ran
         return [x for s in t.steps for x in s.extras.get("wia", {}).get("scores", []) if not math.isnan(x)]
 

@@ -15,7 +15,8 @@ Objective      PPO-clip on the advantages     (SFT on masked targets, Agent-R)
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -60,8 +61,14 @@ class RolloutCollector:
         self.extensions = tuple(extensions)
 
     def collect(self, jobs: list[tuple[Task, int]], progress=None) -> tuple[list[Trajectory], RolloutStats]:
-        return run_episodes(engine=self.engine, pool=self.pool, jobs=jobs, settings=self.settings,
-                            extensions=self.extensions, progress=progress)
+        return run_episodes(
+            engine=self.engine,
+            pool=self.pool,
+            jobs=jobs,
+            settings=self.settings,
+            extensions=self.extensions,
+            progress=progress,
+        )
 
 
 class Scorer(Protocol):
@@ -83,7 +90,7 @@ class Objective(Protocol):
 
     optimizer: Any
 
-    def samples(self, batch: "StepBatch", advantages: np.ndarray, methods: list["Method"]) -> list[TrainSample]: ...
+    def samples(self, batch: StepBatch, advantages: np.ndarray, methods: list[Method]) -> list[TrainSample]: ...
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]: ...
 
@@ -97,14 +104,14 @@ class PPOObjective:
         self.updater = Updater(policy, optim_cfg, temperature=temperature)
         self.optimizer = self.updater.optimizer
 
-    def samples(self, batch: "StepBatch", advantages: np.ndarray, methods: list["Method"]) -> list[TrainSample]:
+    def samples(self, batch: StepBatch, advantages: np.ndarray, methods: list[Method]) -> list[TrainSample]:
         return training_samples(batch, advantages, methods)
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]:
         return self.updater.update(samples, rng)
 
 
-def training_samples(batch: "StepBatch", advantages: np.ndarray, methods: list["Method"] = ()) -> list[TrainSample]:
+def training_samples(batch: StepBatch, advantages: np.ndarray, methods: list[Method] = ()) -> list[TrainSample]:
     """One sample per generated turn, each followed by the methods' extra samples of that
     turn; zero advantages included: the Updater skips them but keeps their tokens in the
     denominator."""

@@ -75,22 +75,23 @@ def _collate(samples: list[TrainSample], pad_id: int, device: torch.device):
     targets = torch.full((n, keep), pad_id, dtype=torch.long)  # (B, K)
     for row, s in enumerate(samples):
         ids = s.prompt_ids + s.output_ids
-        input_ids[row, width - len(ids):] = torch.tensor(ids)
-        attention[row, width - len(ids):] = 1
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention[row, width - len(ids) :] = 1
         k = len(s.output_ids)
-        targets[row, keep - k:] = torch.tensor(s.output_ids)
-        old[row, keep - k:] = torch.tensor(s.old_logprobs)
-        mask[row, keep - k:] = 1.0
+        targets[row, keep - k :] = torch.tensor(s.output_ids)
+        old[row, keep - k :] = torch.tensor(s.old_logprobs)
+        mask[row, keep - k :] = 1.0
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)  # (B,)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
     return [t.to(device) for t in (input_ids, attention, positions, targets, old, mask, advantages)] + [keep]
 
 
-def token_logprobs(model, input_ids, attention, positions, targets, keep: int, *, temperature: float = 1.0,
-                   with_entropy: bool = False):
+def token_logprobs(
+    model, input_ids, attention, positions, targets, keep: int, *, temperature: float = 1.0, with_entropy: bool = False
+):
     """Log-probs of ``targets`` (the last ``keep`` tokens of each row); (B, K) each."""
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
-    logits = out.logits[:, -keep - 1:-1, :].float()  # (B, K, V): position i predicts token i+1
+    logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # (B, K)
@@ -121,9 +122,18 @@ class Updater:
         skipped = [cfg.skip_zero_advantage and s.advantage == 0.0 for s in samples]
         n_trained = len(samples) - sum(skipped)
         if n_trained == 0:  # every advantage was zero: nothing to learn this iteration
-            return {"samples": 0, "skipped_samples": len(samples), "trained_tokens": 0, "pg_loss": 0.0,
-                    "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0,
-                    "grad_norm": 0.0}
+            return {
+                "samples": 0,
+                "skipped_samples": len(samples),
+                "trained_tokens": 0,
+                "pg_loss": 0.0,
+                "kl": 0.0,
+                "entropy": 0.0,
+                "clip_frac": 0.0,
+                "approx_kl": 0.0,
+                "ratio_mean": 1.0,
+                "grad_norm": 0.0,
+            }
         self.policy.model.train()
         totals: dict[str, list[float]] = {}
         grad_norms: list[float] = []
@@ -163,16 +173,31 @@ class Updater:
             if cfg.kl_coef > 0:
                 ref_model, context = self._reference_model()
                 with torch.no_grad(), context:
-                    ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep,
-                                            temperature=self.temperature)
+                    ref, _ = token_logprobs(
+                        ref_model, input_ids, attention, positions, targets, keep, temperature=self.temperature
+                    )
             logprobs, entropy = token_logprobs(
-                model, input_ids, attention, positions, targets, keep,
-                temperature=self.temperature, with_entropy=cfg.entropy_coef > 0,
+                model,
+                input_ids,
+                attention,
+                positions,
+                targets,
+                keep,
+                temperature=self.temperature,
+                with_entropy=cfg.entropy_coef > 0,
             )
             loss, metrics = policy_loss(
-                logprobs, old, advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                dual_clip=cfg.dual_clip, ref_logprobs=ref, kl_coef=cfg.kl_coef,
-                entropy=entropy, entropy_coef=cfg.entropy_coef,
+                logprobs,
+                old,
+                advantages,
+                mask,
+                clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high,
+                dual_clip=cfg.dual_clip,
+                ref_logprobs=ref,
+                kl_coef=cfg.kl_coef,
+                entropy=entropy,
+                entropy_coef=cfg.entropy_coef,
             )
             (loss * (float(mask.sum()) / n_tokens)).backward()
             ran += int(attention.sum())

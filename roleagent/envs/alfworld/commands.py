@@ -39,7 +39,7 @@ def parse_command(text: str | None) -> tuple[str, str | None, str | None] | None
 
 
 def entity_type(name: str | None) -> str:
-    """"apple 1" -> "apple"; "sinkbasin 2" -> "sinkbasin"."""
+    """ "apple 1" -> "apple"; "sinkbasin 2" -> "sinkbasin"."""
     if not name:
         return ""
     text = name.strip().lower()

@@ -123,15 +123,21 @@ PRIORITY: tuple[str, ...] = (
 )
 
 
-def diagnose_trajectory(trajectory: Trajectory, truth: Truth | None = None,
-                        max_steps: int = 50) -> dict[str, Any] | None:
+def diagnose_trajectory(
+    trajectory: Trajectory, truth: Truth | None = None, max_steps: int = 50
+) -> dict[str, Any] | None:
     """Failure labels of a failed trajectory (None for a success); see the module doc."""
     if trajectory.success:
         return None
     truth = truth or truth_from_metadata(trajectory.task.metadata)
     if not trajectory.steps:
-        return {"dominant_type": "premature_give_up", "labels": ["premature_give_up"],
-                "detail": "The agent took no action.", "critical_step": 0, "evidence": []}
+        return {
+            "dominant_type": "premature_give_up",
+            "labels": ["premature_give_up"],
+            "detail": "The agent took no action.",
+            "critical_step": 0,
+            "evidence": [],
+        }
     replay = Replay.start(trajectory, truth)
     for t, (step, feedback) in enumerate(zip(trajectory.steps, _feedbacks(trajectory))):
         replay.step(t, step, (feedback or "").strip())
@@ -145,8 +151,10 @@ def diagnose_trajectory(trajectory: Trajectory, truth: Truth | None = None,
 def _feedbacks(trajectory: Trajectory) -> list[str]:
     """The feedback to step t: the next step's observation, ``final_observation`` after the last."""
     steps = trajectory.steps
-    return [steps[t + 1].observation if t + 1 < len(steps) else (trajectory.final_observation or "")
-            for t in range(len(steps))]
+    return [
+        steps[t + 1].observation if t + 1 < len(steps) else (trajectory.final_observation or "")
+        for t in range(len(steps))
+    ]
 
 
 def _navigation_loop(rp: Replay) -> None:
@@ -167,8 +175,9 @@ def _navigation_loop(rp: Replay) -> None:
                 loop_step = run[-4][0]
                 break
     if loop_step is not None:
-        rp.fire(loop_step, "navigation_loop",
-                f"from step {loop_step}: went back and forth between the same receptacles")
+        rp.fire(
+            loop_step, "navigation_loop", f"from step {loop_step}: went back and forth between the same receptacles"
+        )
 
 
 def _search_rules(rp: Replay) -> None:
@@ -180,34 +189,57 @@ def _search_rules(rp: Replay) -> None:
         if coverage >= 0.75 and n_receps:
             seen = rp.target_seen_step
             step = seen if seen is not None else (rp.coverage_step or 0)
-            rp.fire(step, "exhaustive_exploration_failure",
-                    f"visited {len(set(visited))}/{n_receps} receptacles and never took a {truth.obj}"
-                    + (f" (one was visible at step {seen})" if seen is not None else ""))
+            rp.fire(
+                step,
+                "exhaustive_exploration_failure",
+                f"visited {len(set(visited))}/{n_receps} receptacles and never took a {truth.obj}"
+                + (f" (one was visible at step {seen})" if seen is not None else ""),
+            )
         elif rp.movement_steps and target_places and not (target_places & set(visited)):
             first_goto = rp.goto_seq[0][0] if rp.goto_seq else 0
-            rp.fire(first_goto, "wrong_target_location",
-                    f"never went to {', '.join(sorted(target_places))} where the {truth.obj} is; "
-                    f"searched {', '.join(visited[:6]) or 'nothing'}")
+            rp.fire(
+                first_goto,
+                "wrong_target_location",
+                f"never went to {', '.join(sorted(target_places))} where the {truth.obj} is; "
+                f"searched {', '.join(visited[:6]) or 'nothing'}",
+            )
     # Holding the target, the agent then searched elsewhere for the lamp / appliance.
     held = rp.held_step
     after = [(t, r) for t, r in rp.goto_seq if held is not None and t > held]
-    if truth.task_type == "look_at_obj_in_light" and len(after) >= 2 and rp.where_lamp and \
-            not (set(rp.where_lamp.values()) & {r for _, r in after}):
-        rp.fire(after[0][0], "wrong_target_location",
-                f"held the {truth.obj} but never went to {', '.join(sorted(set(rp.where_lamp.values())))} "
-                f"where the {truth.toggle} is")
-    if truth.appliance and len(after) >= 2 and not rp.transformed and \
-            truth.appliance not in {entity_type(r) for _, r in after}:
-        rp.fire(after[0][0], "wrong_target_location",
-                f"held the {truth.obj} but never went to the {truth.appliance} to make it {truth.transform}")
+    if (
+        truth.task_type == "look_at_obj_in_light"
+        and len(after) >= 2
+        and rp.where_lamp
+        and not (set(rp.where_lamp.values()) & {r for _, r in after})
+    ):
+        rp.fire(
+            after[0][0],
+            "wrong_target_location",
+            f"held the {truth.obj} but never went to {', '.join(sorted(set(rp.where_lamp.values())))} "
+            f"where the {truth.toggle} is",
+        )
+    if (
+        truth.appliance
+        and len(after) >= 2
+        and not rp.transformed
+        and truth.appliance not in {entity_type(r) for _, r in after}
+    ):
+        rp.fire(
+            after[0][0],
+            "wrong_target_location",
+            f"held the {truth.obj} but never went to the {truth.appliance} to make it {truth.transform}",
+        )
 
 
 def _repetition_rule(rp: Replay) -> None:
     redundant, moves = rp.redundant, rp.movement_steps
     if moves and len(redundant) >= 3 and len(redundant) / moves >= 0.4:
-        rp.fire(redundant[0], "repetitive_exploration",
-                f"{len(redundant)} of {moves} exploration steps revisited places already inspected "
-                f"or repeated look/inventory")
+        rp.fire(
+            redundant[0],
+            "repetitive_exploration",
+            f"{len(redundant)} of {moves} exploration steps revisited places already inspected "
+            f"or repeated look/inventory",
+        )
 
 
 def _give_up_rule(rp: Replay, trajectory: Trajectory, max_steps: int) -> None:
@@ -215,7 +247,7 @@ def _give_up_rule(rp: Replay, trajectory: Trajectory, max_steps: int) -> None:
     if not trajectory.crashed and n < max_steps:
         rp.fire(n - 1, "premature_give_up", f"stopped after {n} of {max_steps} steps without finishing")
         return
-    tail = rp.idle_or_failed[-max(3, n // 3):]
+    tail = rp.idle_or_failed[-max(3, n // 3) :]
     if n >= 6 and all(tail):
         start = n - len(tail)
         rp.fire(start, "premature_give_up", f"from step {start} only idle or failing commands")
@@ -246,11 +278,12 @@ def _verdict(rp: Replay) -> dict[str, Any]:
 def _fallback(rp: Replay) -> tuple[str, str, int]:
     """No rule fired: the progress made decides (never seen / seen / held the target)."""
     if rp.target_seen_step is None and not rp.held_target:
-        return ("wrong_target_location", f"never found a {rp.truth.obj}",
-                rp.goto_seq[0][0] if rp.goto_seq else 0)
+        return ("wrong_target_location", f"never found a {rp.truth.obj}", rp.goto_seq[0][0] if rp.goto_seq else 0)
     if not rp.held_target:
-        return ("exhaustive_exploration_failure",
-                f"saw a {rp.truth.obj} at step {rp.target_seen_step} but never took it",
-                rp.target_seen_step or 0)
+        return (
+            "exhaustive_exploration_failure",
+            f"saw a {rp.truth.obj} at step {rp.target_seen_step} but never took it",
+            rp.target_seen_step or 0,
+        )
     critical = next((t for t, a in enumerate(rp.actions) if (parse_command(a) or ("",))[0] == "take"), 0)
     return "repetitive_exploration", "held the target but did not finish the task within the step budget", critical

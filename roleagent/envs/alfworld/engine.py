@@ -79,7 +79,7 @@ def plan(engine) -> list[str]:
 def strip_welcome(text: str) -> str:
     text = text.strip()
     if text.startswith(WELCOME):
-        text = text[len(WELCOME):].lstrip("\n")
+        text = text[len(WELCOME) :].lstrip("\n")
     return text
 
 
@@ -155,9 +155,19 @@ def materialize(spec: G.Spec, folder: str, attempts: int = 8) -> str:
     domain, grammar = game_logic()
     errors = []
     for attempt in range(attempts):
-        trial = spec if attempt == 0 else G.Spec(
-            spec.task_type, spec.scene, spec.object_target, spec.parent_target,
-            spec.toggle_target, G._rng("retry", spec.seed, attempt).getrandbits(62), spec.knobs)
+        trial = (
+            spec
+            if attempt == 0
+            else G.Spec(
+                spec.task_type,
+                spec.scene,
+                spec.object_target,
+                spec.parent_target,
+                spec.toggle_target,
+                G._rng("retry", spec.seed, attempt).getrandbits(62),
+                spec.knobs,
+            )
+        )
         game, traj = G.game_json(trial, domain, grammar)
         try:
             commands = check_solvable(game, folder)

@@ -26,13 +26,14 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Hashable
 from dataclasses import asdict
-from typing import Any, Hashable
+from typing import Any
 
-from roleagent.envs.base import Environment, StepResult
 from roleagent.envs.alfworld import generator as G
 from roleagent.envs.alfworld import scenes as S
 from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY, diagnose_trajectory, game_truth
+from roleagent.envs.base import Environment, StepResult
 from roleagent.types import Task, Trajectory
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -88,9 +89,17 @@ class AlfWorldEnv(Environment):
             raise ValueError(f"unknown difficulty {difficulty!r}; choose from {sorted(G.DIFFICULTIES)}")
         if source not in ("auto", "generated", "official"):
             raise ValueError("source must be 'auto', 'generated' or 'official'")
-        self._kwargs = dict(difficulty=difficulty, max_steps=max_steps, train_size=train_size,
-                            panel_size=panel_size, task_types=task_types, cache_dir=cache_dir,
-                            source=source, data_dir=data_dir, knobs=knobs)
+        self._kwargs = dict(
+            difficulty=difficulty,
+            max_steps=max_steps,
+            train_size=train_size,
+            panel_size=panel_size,
+            task_types=task_types,
+            cache_dir=cache_dir,
+            source=source,
+            data_dir=data_dir,
+            knobs=knobs,
+        )
         self.knobs = G.DIFFICULTIES[difficulty]
         self.difficulty = difficulty
         self._custom_knobs = bool(knobs)
@@ -154,28 +163,34 @@ class AlfWorldEnv(Environment):
         out = []
         for index in range(size):  # interleaved, so any prefix is balanced across types
             for tt in self.task_types:
-                spec = G.sample_spec(self.knobs if self._custom_knobs else self.difficulty,
-                                     split, tt, index)
+                spec = G.sample_spec(self.knobs if self._custom_knobs else self.difficulty, split, tt, index)
                 scene = S.load_scene(spec.scene)
-                out.append(Task(
-                    id=f"alfworld/{self.difficulty}/{split}/{tt}/{index:04d}",
-                    env=self.name,
-                    payload={"source": "generated", "difficulty": self.difficulty, "split": split,
-                             "index": index, "spec": spec.to_json()},
-                    split=split,
-                    metadata={
-                        "task_type": tt,
-                        "alfred_task_type": S.ALFRED_TASK_TYPES[tt],
-                        "object_target": spec.object_target,
-                        "parent_target": spec.parent_target,
-                        "toggle_target": spec.toggle_target,
-                        "transform": S.TRANSFORMS[tt][0] if tt in S.TRANSFORMS else None,
-                        "scene": spec.scene,
-                        "room": scene.room,
-                        "difficulty": self.difficulty,
-                        "source": "generated",
-                    },
-                ))
+                out.append(
+                    Task(
+                        id=f"alfworld/{self.difficulty}/{split}/{tt}/{index:04d}",
+                        env=self.name,
+                        payload={
+                            "source": "generated",
+                            "difficulty": self.difficulty,
+                            "split": split,
+                            "index": index,
+                            "spec": spec.to_json(),
+                        },
+                        split=split,
+                        metadata={
+                            "task_type": tt,
+                            "alfred_task_type": S.ALFRED_TASK_TYPES[tt],
+                            "object_target": spec.object_target,
+                            "parent_target": spec.parent_target,
+                            "toggle_target": spec.toggle_target,
+                            "transform": S.TRANSFORMS[tt][0] if tt in S.TRANSFORMS else None,
+                            "scene": spec.scene,
+                            "room": scene.room,
+                            "difficulty": self.difficulty,
+                            "source": "generated",
+                        },
+                    )
+                )
         return out
 
     def _official_tasks(self, split: str) -> list[Task]:
@@ -189,18 +204,31 @@ class AlfWorldEnv(Environment):
                 continue
             index = counters.get(tt, 0)
             counters[tt] = index + 1
-            metadata = {k: rec[k] for k in ("task_type", "alfred_task_type", "object_target",
-                                            "parent_target", "toggle_target", "scene", "room",
-                                            "task_dir", "trial")}
+            metadata = {
+                k: rec[k]
+                for k in (
+                    "task_type",
+                    "alfred_task_type",
+                    "object_target",
+                    "parent_target",
+                    "toggle_target",
+                    "scene",
+                    "room",
+                    "task_dir",
+                    "trial",
+                )
+            }
             metadata["transform"] = S.TRANSFORMS[tt][0] if tt in S.TRANSFORMS else None
             metadata["source"] = "official"
-            out.append(Task(
-                id=f"alfworld/official/{split}/{tt}/{index:04d}",
-                env=self.name,
-                payload={"source": "official", "game_file": rec["game_file"]},
-                split=split,
-                metadata=metadata,
-            ))
+            out.append(
+                Task(
+                    id=f"alfworld/official/{split}/{tt}/{index:04d}",
+                    env=self.name,
+                    payload={"source": "official", "game_file": rec["game_file"]},
+                    split=split,
+                    metadata=metadata,
+                )
+            )
         return out
 
     def game_file(self, task: Task) -> str:
@@ -216,8 +244,9 @@ class AlfWorldEnv(Environment):
         p = task.payload
         if p.get("source") == "official":
             return os.path.dirname(p["game_file"])
-        return os.path.join(self.cache_dir, p["difficulty"], p["split"], p["spec"]["task_type"],
-                            f"{int(p['index']):04d}")
+        return os.path.join(
+            self.cache_dir, p["difficulty"], p["split"], p["spec"]["task_type"], f"{int(p['index']):04d}"
+        )
 
     def prepare(self, split: str) -> list[str]:
         """Generate and planner-check every game of a split now (else done lazily on reset)."""
@@ -236,7 +265,7 @@ class AlfWorldEnv(Environment):
 
     def reset(self, task: Task, seed: int = 0) -> tuple[str, dict[str, Any]]:
         """Start ``task``. The engine is deterministic, so ``seed`` changes nothing."""
-        from roleagent.envs.alfworld.engine import make_engine, strip_welcome, instruction_of
+        from roleagent.envs.alfworld.engine import instruction_of, make_engine, strip_welcome
 
         t0 = time.perf_counter()
         path = self.game_file(task)
@@ -269,16 +298,29 @@ class AlfWorldEnv(Environment):
         if self._engine is None or self._state is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
-            return StepResult("The episode is over.", 0.0, True,
-                              {"success": self._won, "admissible_actions": [], "action_valid": False,
-                               "won": self._won, "step": self._steps})
+            return StepResult(
+                "The episode is over.",
+                0.0,
+                True,
+                {
+                    "success": self._won,
+                    "admissible_actions": [],
+                    "action_valid": False,
+                    "won": self._won,
+                    "step": self._steps,
+                },
+            )
         t0 = time.perf_counter()
         command = (action or "").strip()
         valid = command in self._state["admissible_commands"]
         self._state, _, _ = self._engine.step(command)
         self._steps += 1
-        if self._plan is not None and self._plan_pos < len(self._plan) and valid \
-                and command == self._plan[self._plan_pos]:
+        if (
+            self._plan is not None
+            and self._plan_pos < len(self._plan)
+            and valid
+            and command == self._plan[self._plan_pos]
+        ):
             self._plan_pos += 1  # still on the plan: its remainder stays optimal
         else:
             self._plan = None  # off the plan: replan when the expert is asked next
@@ -323,7 +365,7 @@ class AlfWorldEnv(Environment):
         if self._plan is None or self._plan_pos >= len(self._plan):
             self._plan = plan(self._engine)
             self._plan_pos = 0
-        return list(self._plan[self._plan_pos:])
+        return list(self._plan[self._plan_pos :])
 
     @staticmethod
     def _stored_plan(game_path: str) -> list[str] | None:
@@ -372,4 +414,3 @@ class AlfWorldEnv(Environment):
 
 def _rebuild(kwargs: dict[str, Any]) -> AlfWorldEnv:
     return AlfWorldEnv(**kwargs)
-

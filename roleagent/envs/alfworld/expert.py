@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from roleagent.types import Step, Task, Trajectory
 
@@ -24,11 +25,21 @@ def run_expert_episode(env, task: Task, seed: int = 0) -> Trajectory:
         if action is None:
             break
         result = env.step(action)
-        steps.append(Step(
-            observation=observation, state_key=env.state_key(observation), prompt_ids=[],
-            action_ids=[], action_logprobs=[], action_text=action, action=action, valid=True,
-            reward=result.reward, done=result.done, info=dict(result.info),
-        ))
+        steps.append(
+            Step(
+                observation=observation,
+                state_key=env.state_key(observation),
+                prompt_ids=[],
+                action_ids=[],
+                action_logprobs=[],
+                action_text=action,
+                action=action,
+                valid=True,
+                reward=result.reward,
+                done=result.done,
+                info=dict(result.info),
+            )
+        )
         observation = result.observation
         if result.done:
             break
@@ -48,9 +59,13 @@ def default_prompt(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def expert_records(env, task: Task, history_length: int = 2,
-                   prompt_fn: Callable[[dict[str, Any]], str] | None = default_prompt,
-                   seed: int = 0) -> tuple[list[dict[str, Any]], bool]:
+def expert_records(
+    env,
+    task: Task,
+    history_length: int = 2,
+    prompt_fn: Callable[[dict[str, Any]], str] | None = default_prompt,
+    seed: int = 0,
+) -> tuple[list[dict[str, Any]], bool]:
     """One expert episode as per-step records {prompt context ..., "action"}."""
     observation, info = env.reset(task, seed)
     instruction = info["instruction"]
@@ -85,9 +100,14 @@ def expert_records(env, task: Task, history_length: int = 2,
     return records, success
 
 
-def build_expert_dataset(env, tasks: Iterable[Task], out_path: str, history_length: int = 2,
-                         prompt_fn: Callable[[dict[str, Any]], str] | None = default_prompt,
-                         only_successful: bool = True) -> dict[str, int]:
+def build_expert_dataset(
+    env,
+    tasks: Iterable[Task],
+    out_path: str,
+    history_length: int = 2,
+    prompt_fn: Callable[[dict[str, Any]], str] | None = default_prompt,
+    only_successful: bool = True,
+) -> dict[str, int]:
     """Write JSONL of expert (prompt context, action) steps for SFT warm starts.
 
     Each line: task_id, task_type, step, instruction, observation, history (last

@@ -96,7 +96,7 @@ class Spec:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Spec":
+    def from_json(cls, data: dict[str, Any]) -> Spec:
         data = dict(data)
         data["knobs"] = Knobs(**data["knobs"])
         return cls(**data)
@@ -122,8 +122,7 @@ def _target_receptacles(task_type: str, otype: str, scene: S.Scene) -> list[str]
     excluded = set(S.NON_TARGET_RECEPTACLES)
     if task_type in S.TRANSFORMS:
         excluded.add(S.TRANSFORMS[task_type][1])  # "put a clean apple in sinkbasin" is trivial
-    return sorted(t for t in scene.receptacle_types
-                  if t not in excluded and S.can_contain(t, otype))
+    return sorted(t for t in scene.receptacle_types if t not in excluded and S.can_contain(t, otype))
 
 
 def _scene_supports(task_type: str, scene: S.Scene) -> bool:
@@ -141,14 +140,13 @@ def _viable(spec: Spec, scene: S.Scene) -> bool:
     forbidden = {spec.parent_target} if spec.parent_target else set()
     if spec.task_type in S.TRANSFORMS:
         forbidden.add(S.TRANSFORMS[spec.task_type][1])
-    sources = [r for r in scene.receptacles
-               if S.can_contain(r.rtype, spec.object_target) and r.rtype not in forbidden]
+    sources = [r for r in scene.receptacles if S.can_contain(r.rtype, spec.object_target) and r.rtype not in forbidden]
     if spec.knobs.p_closed <= 0:
         sources = [r for r in sources if not S.openable(r.rtype)]
     return bool(sources)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scenes_for(split: str, task_type: str) -> list[int]:
     numbers = S.unseen_scenes() if split == "valid_unseen" else S.seen_scenes()
     return [n for n in numbers if _scene_supports(task_type, S.load_scene(n))]
@@ -188,12 +186,14 @@ def sample_spec(difficulty: str | Knobs, split: str, task_type: str, index: int)
 def _object_id(rng: random.Random, otype: str, host: S.Receptacle, taken: set[str]) -> str:
     x, y, z = host.xyz
     while True:
-        alfred_id = "|".join([
-            otype,
-            S.format_coord(x + rng.uniform(-0.4, 0.4)),
-            S.format_coord(y + rng.uniform(0.0, 0.4)),
-            S.format_coord(z + rng.uniform(-0.4, 0.4)),
-        ])
+        alfred_id = "|".join(
+            [
+                otype,
+                S.format_coord(x + rng.uniform(-0.4, 0.4)),
+                S.format_coord(y + rng.uniform(0.0, 0.4)),
+                S.format_coord(z + rng.uniform(-0.4, 0.4)),
+            ]
+        )
         if alfred_id not in taken:
             taken.add(alfred_id)
             return alfred_id
@@ -226,11 +226,11 @@ def build_problem(spec: Spec) -> dict[str, Any]:
     target_hosts = _target_hosts(spec, scene, rng)
     chosen = _chosen_receptacles(spec, scene, required + target_hosts, rng)
     taken: set[str] = set()
-    objects = [_Obj(_object_id(rng, spec.object_target, host, taken), spec.object_target, host)
-               for host in target_hosts]
+    objects = [
+        _Obj(_object_id(rng, spec.object_target, host, taken), spec.object_target, host) for host in target_hosts
+    ]
     if spec.toggle_target is not None and lamp_host is not None:
-        objects.append(_Obj(_object_id(rng, spec.toggle_target, lamp_host, taken),
-                            spec.toggle_target, lamp_host))
+        objects.append(_Obj(_object_id(rng, spec.toggle_target, lamp_host, taken), spec.toggle_target, lamp_host))
     objects.extend(_distractors(spec, scene, chosen, taken, rng))
     objects.sort(key=lambda o: o.alfred_id)
 
@@ -245,8 +245,9 @@ def build_problem(spec: Spec) -> dict[str, Any]:
     return {"problem": problem, "sentence": sentence, "layout": layout}
 
 
-def _required_receptacles(spec: Spec, scene: S.Scene,
-                          rng: random.Random) -> tuple[list[S.Receptacle], S.Receptacle | None]:
+def _required_receptacles(
+    spec: Spec, scene: S.Scene, rng: random.Random
+) -> tuple[list[S.Receptacle], S.Receptacle | None]:
     """The goal receptacle, the transform's appliances and the lamp's host (the lamp host too)."""
     transform = S.TRANSFORMS.get(spec.task_type)
     required: list[S.Receptacle] = []
@@ -276,14 +277,14 @@ def _target_hosts(spec: Spec, scene: S.Scene, rng: random.Random) -> list[S.Rece
     forbidden_types = {spec.parent_target} if spec.parent_target else set()
     if transform is not None:
         forbidden_types.add(transform[1])
-    sources = [r for r in scene.receptacles
-               if S.can_contain(r.rtype, spec.object_target) and r.rtype not in forbidden_types]
+    sources = [
+        r for r in scene.receptacles if S.can_contain(r.rtype, spec.object_target) and r.rtype not in forbidden_types
+    ]
     open_sources = [r for r in sources if not S.openable(r.rtype)]
     closed_sources = [r for r in sources if S.openable(r.rtype)]
     if not sources or (knobs.p_closed <= 0 and not open_sources):
         raise GenerationError("no place for the target object")
-    n_targets = (2 if spec.task_type == "pick_two_obj_and_place" else 1) + \
-        rng.randint(0, knobs.max_extra_duplicates)
+    n_targets = (2 if spec.task_type == "pick_two_obj_and_place" else 1) + rng.randint(0, knobs.max_extra_duplicates)
     target_hosts: list[S.Receptacle] = []
     for _ in range(n_targets):
         closed = closed_sources and (not open_sources or rng.random() < knobs.p_closed)
@@ -291,8 +292,9 @@ def _target_hosts(spec: Spec, scene: S.Scene, rng: random.Random) -> list[S.Rece
     return target_hosts
 
 
-def _chosen_receptacles(spec: Spec, scene: S.Scene, needed: list[S.Receptacle],
-                        rng: random.Random) -> list[S.Receptacle]:
+def _chosen_receptacles(
+    spec: Spec, scene: S.Scene, needed: list[S.Receptacle], rng: random.Random
+) -> list[S.Receptacle]:
     """Which receptacles are in the game: the needed ones, then others up to the knob."""
     chosen: list[S.Receptacle] = []
     for r in needed:
@@ -308,12 +310,12 @@ def _chosen_receptacles(spec: Spec, scene: S.Scene, needed: list[S.Receptacle],
     return chosen
 
 
-def _distractors(spec: Spec, scene: S.Scene, chosen: list[S.Receptacle], taken: set[str],
-                 rng: random.Random) -> list[_Obj]:
+def _distractors(
+    spec: Spec, scene: S.Scene, chosen: list[S.Receptacle], taken: set[str], rng: random.Random
+) -> list[_Obj]:
     """Other object types of the scene, in receptacles that can hold them."""
     knobs = spec.knobs
-    distractor_types = [t for t in sorted(S.pickupable_types() & scene.object_types)
-                        if t != spec.object_target]
+    distractor_types = [t for t in sorted(S.pickupable_types() & scene.object_types) if t != spec.object_target]
     rng.shuffle(distractor_types)
     objects: list[_Obj] = []
     placed = 0

@@ -36,8 +36,11 @@ def truth_from_metadata(metadata: dict[str, Any]) -> Truth:
 
     transform = metadata.get("transform")
     if transform is None:
-        transform = {"pick_clean_then_place": "clean", "pick_heat_then_place": "hot",
-                     "pick_cool_then_place": "cool"}.get(metadata.get("task_type", ""))
+        transform = {
+            "pick_clean_then_place": "clean",
+            "pick_heat_then_place": "hot",
+            "pick_cool_then_place": "cool",
+        }.get(metadata.get("task_type", ""))
     return Truth(
         task_type=metadata.get("task_type", ""),
         obj=low(metadata.get("object_target")) or "",
@@ -86,11 +89,9 @@ def truth_from_game(game_file: str, metadata: dict[str, Any]) -> Truth:
     objects = re.findall(r"^\s*(\S+) - object\s*$", problem, flags=re.M)
     receps = re.findall(r"^\s*(\S+) - receptacle\s*$", problem, flags=re.M)
     names = demangled_names(objects + receps)
-    types = {a.lower(): b.lower()[:-4] for a, b in
-             re.findall(r"\(objectType (\S+) (\S+)\)", problem)}
+    types = {a.lower(): b.lower()[:-4] for a, b in re.findall(r"\(objectType (\S+) (\S+)\)", problem)}
     truth.receptacles = sorted(names[r.lower()] for r in receps)
-    truth.closed = {names[r.lower()] for r in re.findall(r"\(openable (\S+)\)", problem)
-                    if r.lower() in names}
+    truth.closed = {names[r.lower()] for r in re.findall(r"\(openable (\S+)\)", problem) if r.lower() in names}
     for o, r in re.findall(r"\(inReceptacle (\S+) (\S+)\)", problem):
         o, r = o.lower(), r.lower()
         if o not in names or r not in names:

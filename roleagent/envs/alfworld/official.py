@@ -57,16 +57,18 @@ def collect_games(root: str, split: str) -> list[dict[str, Any]]:
                 continue
             params = traj.get("pddl_params", {})
             scene = traj.get("scene", {}).get("scene_num")
-            records.append({
-                "game_file": os.path.abspath(game_file),
-                "task_dir": task_dir,
-                "trial": trial,
-                "task_type": short,
-                "alfred_task_type": traj["task_type"],
-                "object_target": params.get("object_target") or None,
-                "parent_target": params.get("parent_target") or None,
-                "toggle_target": params.get("toggle_target") or None,
-                "scene": scene,
-                "room": S.room_of(scene) if isinstance(scene, int) else None,
-            })
+            records.append(
+                {
+                    "game_file": os.path.abspath(game_file),
+                    "task_dir": task_dir,
+                    "trial": trial,
+                    "task_type": short,
+                    "alfred_task_type": traj["task_type"],
+                    "object_target": params.get("object_target") or None,
+                    "parent_target": params.get("parent_target") or None,
+                    "toggle_target": params.get("toggle_target") or None,
+                    "scene": scene,
+                    "room": S.room_of(scene) if isinstance(scene, int) else None,
+                }
+            )
     return records

@@ -26,22 +26,24 @@ def goal_pddl(spec: Spec) -> str:
     import alfworld.gen.goal_library as glib
 
     text = glib.gdict[S.ALFRED_TASK_TYPES[spec.task_type]]["pddl"].format(
-        obj=spec.object_target, recep=spec.parent_target or "", toggle=spec.toggle_target or "",
+        obj=spec.object_target,
+        recep=spec.parent_target or "",
+        toggle=spec.toggle_target or "",
         mrecep="",
     )
     return text.replace("#", "-")
 
 
-def problem_text(spec: Spec, scene: S.Scene, receptacles: list[S.Receptacle],
-                  objects: list[PlacedObject], start: str) -> str:
+def problem_text(
+    spec: Spec, scene: S.Scene, receptacles: list[S.Receptacle], objects: list[PlacedObject], start: str
+) -> str:
     """The PDDL problem ALFRED writes: objects, receptacles, locations, facts and goal."""
     c = S._constants()
     rtypes = sorted(S.static_receptacle_types())
     otypes = sorted((set(c.OBJECTS) | set(c.MOVABLE_RECEPTACLES)) - set(rtypes))
     locations = sorted({r.location for r in receptacles} | {start})
     ind = "\n        "
-    lines = [f"(define (problem plan_roleagent_{spec.seed})", "(:domain alfred)", "(:objects",
-             "agent1 - agent"]
+    lines = [f"(define (problem plan_roleagent_{spec.seed})", "(:domain alfred)", "(:objects", "agent1 - agent"]
     lines.append("        " + ind.join(f"{t}Type - otype" for t in otypes))
     lines.append("        " + ind.join(f"{t}Type - rtype" for t in rtypes))
     lines.append("        " + ind.join(f"{S.mangle(o.alfred_id)} - object" for o in objects))
@@ -67,8 +69,12 @@ def problem_text(spec: Spec, scene: S.Scene, receptacles: list[S.Receptacle],
         facts.append(f"(pickupable {name})")
         if o.otype in c.MOVABLE_RECEPTACLES_SET:
             facts.append(f"(isReceptacleObject {name})")
-        for kind, pred in (("Cleanable", "cleanable"), ("Heatable", "heatable"),
-                           ("Coolable", "coolable"), ("Sliceable", "sliceable")):
+        for kind, pred in (
+            ("Cleanable", "cleanable"),
+            ("Heatable", "heatable"),
+            ("Coolable", "coolable"),
+            ("Sliceable", "sliceable"),
+        ):
             if S.affordance(kind, o.otype):
                 facts.append(f"({pred} {name})")
     for r in receptacles:

@@ -65,9 +65,14 @@ class Replay:
     def start(cls, trajectory: Trajectory, truth: Truth) -> Replay:
         receptacles = truth.receptacles or room_receptacles(trajectory.steps[0].observation or "")
         closed = set(truth.closed) or {r for r in receptacles if entity_type(r) in _CLOSABLE}
-        return cls(truth=truth, receptacles=receptacles, closed=closed,
-                   where_target=dict(truth.object_locations), where_lamp=dict(truth.lamp_locations),
-                   actions=[s.action for s in trajectory.steps])
+        return cls(
+            truth=truth,
+            receptacles=receptacles,
+            closed=closed,
+            where_target=dict(truth.object_locations),
+            where_lamp=dict(truth.lamp_locations),
+            actions=[s.action for s in trajectory.steps],
+        )
 
     def fire(self, step: int, label: str, detail: str) -> None:
         self.events.append(Event(step, label, detail))
@@ -78,8 +83,11 @@ class Replay:
         parsed = parse_command(step.action) if step.action is not None else None
         if not step.valid or step.action is None or parsed is None:
             self.format_errors.append(t)
-            self.fire(t, "action_format_error",
-                      f"step {t}: output {str(step.action_text or step.action)[:60]!r} is not an ALFWorld command")
+            self.fire(
+                t,
+                "action_format_error",
+                f"step {t}: output {str(step.action_text or step.action)[:60]!r} is not an ALFWorld command",
+            )
             self.idle_or_failed.append(True)
             self.prev_failed = None
             return
@@ -123,8 +131,12 @@ class Replay:
             self.fire(t, "missing_precondition", f"step {t}: tried to take {o} while holding {holding}")
         elif verb == "take" and location != r:
             self.fire(t, "missing_precondition", f"step {t}: tried to take from {r} without going there")
-        elif verb == "take" and r in contents and o not in contents[r] and \
-                any(entity_type(x) == o_type for x in contents[r]):
+        elif (
+            verb == "take"
+            and r in contents
+            and o not in contents[r]
+            and any(entity_type(x) == o_type for x in contents[r])
+        ):
             self.fire(t, "entity_confusion", f"step {t}: {o} is not in {r}; it shows {', '.join(contents[r])}")
         elif verb in ("put", "heat", "cool", "clean") and holding != o:
             if holding is not None and entity_type(holding) == o_type:
@@ -146,8 +158,11 @@ class Replay:
         if self.holding != w_obj:
             self.wrong_take = None
         elif w_count + 1 >= WRONG_CARRY_STEPS:
-            self.fire(w_step, "wrong_object_interaction",
-                      f"step {w_step}: took {w_obj} and carried it on, but the task needs a {self.truth.obj}")
+            self.fire(
+                w_step,
+                "wrong_object_interaction",
+                f"step {w_step}: took {w_obj} and carried it on, but the task needs a {self.truth.obj}",
+            )
             self.wrong_take = None
         else:
             self.wrong_take = (w_step, w_obj, w_count + 1)
@@ -162,8 +177,11 @@ class Replay:
             self.location = r
             if r not in self.visited:
                 self.visited.append(r)
-            if self.receptacles and self.coverage_step is None and \
-                    len(set(self.visited)) >= 0.75 * len(self.receptacles):
+            if (
+                self.receptacles
+                and self.coverage_step is None
+                and len(set(self.visited)) >= 0.75 * len(self.receptacles)
+            ):
                 self.coverage_step = t
         elif verb in ("open", "examine", "look"):
             self.movement_steps += 1
@@ -203,8 +221,11 @@ class Replay:
         else:
             self.fire(t, "wrong_object_interaction", f"step {t}: {verb}ed {o}, not a {truth.obj}")
         if truth.transform and VERB_TRANSFORM[verb] != truth.transform and o_type == truth.obj:
-            self.fire(t, "wrong_object_interaction",
-                      f"step {t}: made {o} {VERB_TRANSFORM[verb]}, the task wants it {truth.transform}")
+            self.fire(
+                t,
+                "wrong_object_interaction",
+                f"step {t}: made {o} {VERB_TRANSFORM[verb]}, the task wants it {truth.transform}",
+            )
 
     def put(self, t: int, o: str, r: str) -> None:
         truth, o_type, r_type = self.truth, entity_type(o), entity_type(r)
@@ -215,8 +236,9 @@ class Replay:
             if r_type != truth.recep:
                 self.fire(t, "wrong_receptacle", f"step {t}: put {o} in {r}, the goal receptacle is a {truth.recep}")
             elif truth.transform and o not in self.transformed:
-                self.fire(t, "missing_precondition",
-                          f"step {t}: put {o} in {r} without making it {truth.transform} first")
+                self.fire(
+                    t, "missing_precondition", f"step {t}: put {o} in {r} without making it {truth.transform} first"
+                )
             else:
                 self.placed_goal.add(o)
         elif o_type != truth.obj and r_type == truth.recep:
@@ -229,8 +251,11 @@ class Replay:
         elif truth.toggle and self.holding is None:
             self.fire(t, "missing_precondition", f"step {t}: turned on {o} without holding a {truth.obj}")
         elif truth.toggle and entity_type(self.holding) != truth.obj:
-            self.fire(t, "wrong_object_interaction",
-                      f"step {t}: looked at {self.holding} under the lamp; the task needs a {truth.obj}")
+            self.fire(
+                t,
+                "wrong_object_interaction",
+                f"step {t}: looked at {self.holding} under the lamp; the task needs a {truth.obj}",
+            )
 
     def observe(self, t: int, fb: str) -> None:
         """What the feedback revealed: contents of receptacles, target and lamp sightings."""

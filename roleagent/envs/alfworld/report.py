@@ -8,7 +8,8 @@ success rate over all episodes of the panel (episode-weighted, which is how the 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from roleagent.envs.alfworld.scenes import SHORT_TASK_TYPES, TABLE_COLUMNS, TASK_TYPES
 
@@ -53,8 +54,9 @@ def alfworld_table(results: Mapping[str, Iterable[Any]], title: str | None = Non
     """
     from roleagent.evaluation import format_table
 
-    rows = {name: {column: value for column, (value, _n) in success_rates(list(records)).items()
-                   if value is not None}
-            for name, records in results.items()}
+    rows = {
+        name: {column: value for column, (value, _n) in success_rates(list(records)).items() if value is not None}
+        for name, records in results.items()
+    }
     table = format_table(rows, columns=[TABLE_COLUMNS[tt] for tt in TASK_TYPES] + ["All"], title="panel")
     return f"{title}\n{table}" if title else table

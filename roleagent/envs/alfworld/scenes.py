@@ -70,8 +70,19 @@ ROOM_RANGES: dict[str, range] = {
 }
 LAMP_TYPES = ("DeskLamp", "FloorLamp")
 #: Where a lamp stands (it is "in/on" one of these receptacles so the agent can use it there).
-LAMP_HOSTS = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "TVStand", "DiningTable",
-              "ArmChair", "Sofa", "Bed", "Ottoman")
+LAMP_HOSTS = (
+    "Desk",
+    "SideTable",
+    "Dresser",
+    "Shelf",
+    "CoffeeTable",
+    "TVStand",
+    "DiningTable",
+    "ArmChair",
+    "Sofa",
+    "Bed",
+    "Ottoman",
+)
 #: Receptacle types never used as a task's target receptacle.
 NON_TARGET_RECEPTACLES = {"Toaster"}
 SLICED_SUFFIX = "Sliced"
@@ -197,7 +208,7 @@ def _receptacle_type(alfred_id: str) -> str:
     return parts[-1] if len(parts) > 4 else parts[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_scene(number: int) -> Scene:
     """One ALFRED floor plan with its receptacles (real ids first, then synthesized)."""
     base = os.path.join(_layouts_dir(), f"FloorPlan{number}")
@@ -235,8 +246,10 @@ def load_scene(number: int) -> Scene:
                 alfred_id = "|".join([rtype, format_coord(x), format_coord(y), format_coord(z)])
                 if rtype in ("SinkBasin", "BathtubBasin"):
                     alfred_id = alfred_id.replace(rtype, rtype[: -len("Basin")], 1) + "|" + rtype
-                loc = (f"loc|{int(round(x / 0.25))}|{int(round(z / 0.25))}|"
-                       f"{rng.randrange(4)}|{rng.choice((0, 15, 30, 45, 60))}")
+                loc = (
+                    f"loc|{int(round(x / 0.25))}|{int(round(z / 0.25))}|"
+                    f"{rng.randrange(4)}|{rng.choice((0, 15, 30, 45, 60))}"
+                )
                 if loc not in used_locs:
                     break
             used_locs.add(loc)

@@ -40,22 +40,18 @@ AUTHORS_SPLIT_FILE = Path(__file__).resolve().parents[2] / "data" / "seal_bfcl_4
 BACKENDS: dict[str, tuple[str, str]] = {
     "GorillaFileSystem": (
         "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.gorilla_file_system",
-        "gorilla_file_system.json"),
-    "MathAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api",
-                "math_api.json"),
-    "MessageAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.message_api",
-                   "message_api.json"),
-    "TwitterAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.posting_api",
-                   "posting_api.json"),
-    "TicketAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.ticket_api",
-                  "ticket_api.json"),
-    "TradingBot": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.trading_bot",
-                   "trading_bot.json"),
-    "TravelAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.travel_booking",
-                  "travel_booking.json"),
+        "gorilla_file_system.json",
+    ),
+    "MathAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api", "math_api.json"),
+    "MessageAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.message_api", "message_api.json"),
+    "TwitterAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.posting_api", "posting_api.json"),
+    "TicketAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.ticket_api", "ticket_api.json"),
+    "TradingBot": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.trading_bot", "trading_bot.json"),
+    "TravelAPI": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.travel_booking", "travel_booking.json"),
     "VehicleControlAPI": (
         "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.vehicle_control",
-        "vehicle_control.json"),
+        "vehicle_control.json",
+    ),
 }
 #: bfcl_eval's STATELESS_CLASSES: no ``_load_scenario`` call.
 STATELESS_CLASSES: tuple[str, ...] = ("MathAPI",)
@@ -72,7 +68,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_category(category: str) -> tuple[dict[str, dict[str, Any]], tuple[str, ...]]:
     if category not in CATEGORIES:
         raise KeyError(f"unknown BFCL multi-turn category {category!r}; known: {CATEGORIES}")
@@ -106,7 +102,7 @@ def entry_question_turns(category: str) -> tuple[int, ...]:
 def category_of(entry_id: str) -> str:
     for category in sorted(CATEGORIES, key=len, reverse=True):
         prefix = f"multi_turn_{category}_"
-        if entry_id.startswith(prefix) and entry_id[len(prefix):].isdigit():
+        if entry_id.startswith(prefix) and entry_id[len(prefix) :].isdigit():
             return category
     raise KeyError(f"not a BFCL v3 multi-turn id: {entry_id!r}")
 
@@ -115,7 +111,7 @@ def entry_ids(category: str) -> tuple[str, ...]:
     return _load_category(category)[1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     """The tool schemas of one backend class, in file order."""
     _, doc_file = BACKENDS[class_name]
@@ -126,7 +122,7 @@ def split_key(entry_id: str, split_seed: int = DEFAULT_SPLIT_SEED) -> str:
     return hashlib.sha256(f"{split_seed}:{entry_id}".encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def authors_split() -> dict[str, tuple[str, ...]]:
     """The SEAL authors' released split: ``{"train": ids, "eval": their test ids}``."""
     with open(AUTHORS_SPLIT_FILE, encoding="utf-8") as fh:
@@ -140,8 +136,12 @@ def authors_split() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def split_ids(split: str, split_seed: int = DEFAULT_SPLIT_SEED,
-              categories: tuple[str, ...] = CATEGORIES, source: str = "roleagent") -> list[str]:
+def split_ids(
+    split: str,
+    split_seed: int = DEFAULT_SPLIT_SEED,
+    categories: tuple[str, ...] = CATEGORIES,
+    source: str = "roleagent",
+) -> list[str]:
     """Entry ids of ``train`` or ``eval`` (100 per category each) of the ``source`` split
     (``SPLIT_SOURCES``; ``split_seed`` applies to ``roleagent`` only), category by
     category, each category in numeric id order."""
@@ -155,7 +155,11 @@ def split_ids(split: str, split_seed: int = DEFAULT_SPLIT_SEED,
             chosen = [i for i in authors_split()[split] if category_of(i) == category]
         else:
             ids = sorted(entry_ids(category), key=lambda i: split_key(i, split_seed))
-            chosen = ids[:PER_CATEGORY_PER_SPLIT] if split == "train" else ids[PER_CATEGORY_PER_SPLIT:2 * PER_CATEGORY_PER_SPLIT]
+            chosen = (
+                ids[:PER_CATEGORY_PER_SPLIT]
+                if split == "train"
+                else ids[PER_CATEGORY_PER_SPLIT : 2 * PER_CATEGORY_PER_SPLIT]
+            )
         out.extend(sorted(chosen, key=lambda i: int(i.rsplit("_", 1)[1])))
     return out
 

@@ -69,15 +69,27 @@ response_mismatch; pass and correct_abstention → pass.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 CODE_LABELS: tuple[str, ...] = (
-    "spurious_tool_call", "correct_abstention", "empty_turn_model_response",
-    "instance_mismatch", "state_mismatch", "response_mismatch", "pass")
+    "spurious_tool_call",
+    "correct_abstention",
+    "empty_turn_model_response",
+    "instance_mismatch",
+    "state_mismatch",
+    "response_mismatch",
+    "pass",
+)
 EXCLUDED_LABELS: tuple[str, ...] = ("checker_error", "gt_error")
 PRIORITY_LABELS: tuple[str, ...] = (
-    "invalid_tool_call", "argument_mismatch", "state_mismatch", "recovery_failure",
-    "missing_tool_call", "response_mismatch")
+    "invalid_tool_call",
+    "argument_mismatch",
+    "state_mismatch",
+    "recovery_failure",
+    "missing_tool_call",
+    "response_mismatch",
+)
 
 _FAILED_EXEC = ("tool_error", "exec_error")
 _INVALID = ("parse_error", "rejected")
@@ -153,8 +165,7 @@ def priority_label(evidence: Any) -> str:
         return "state_mismatch"
     for i, c in enumerate(calls):
         if c.get("status") in _FAILED_EXEC:
-            if not any(d.get("name") == c.get("name") and d.get("status") == "ok"
-                       for d in calls[i + 1:]):
+            if not any(d.get("name") == c.get("name") and d.get("status") == "ok" for d in calls[i + 1 :]):
                 return "recovery_failure"
     if gt_names - {c.get("name") for c in decoded}:
         return "missing_tool_call"

@@ -42,7 +42,8 @@ BASE_PROMPT = (
     "within the current turn. Continue to output functions to call until you have "
     "fulfilled the user's request to the best of your ability. Once you have no more "
     "functions to call, reply in plain text without any function call: the system will "
-    "consider the current turn complete and proceed to the next turn or task.")
+    "consider the current turn complete and proceed to the next turn or task."
+)
 
 QWEN_TOOLS = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -50,13 +51,15 @@ QWEN_TOOLS = (
     "{tools}\n</tools>\n\n"
     "For each function call, return a json object with function name and arguments within "
     "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-    "{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>")
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
 
 PYTHON_TOOLS = (
     "If you decide to invoke any of the function(s), you MUST put it in the format of "
     "[func_name1(params_name1=params_value1, params_name2=params_value2...), "
     "func_name2(params)]\nYou SHOULD NOT include any other text in a response that calls "
-    "functions.\n\nHere is a list of functions in JSON format that you can invoke.\n{tools}")
+    "functions.\n\nHere is a list of functions in JSON format that you can invoke.\n{tools}"
+)
 
 
 class BFCLEnv(Environment):
@@ -105,16 +108,28 @@ class BFCLEnv(Environment):
     diagnosis_turn_labels = True
     remote_methods = ("update_profile", "set_profile", "profile_state")
 
-    def __init__(self, call_format: str = "qwen", interface: str = "plain", max_steps: int = 0,
-                 max_steps_per_turn: int = 20, max_action_chars: int = 16384,
-                 max_calls_per_step: int = 64, split_seed: int = data.DEFAULT_SPLIT_SEED,
-                 categories: tuple[str, ...] | list[str] = data.CATEGORIES,
-                 include_response_schema: bool = False, schema_cues: bool = True,
-                 recovery_hints: bool = True, guidelines: bool = True,
-                 profile_window: int = 512, type_check: bool = False,
-                 tool_format: str = "full", classes: tuple[str, ...] | list[str] | None = None,
-                 train_per_category: int = 0, eval_per_category: int = 0,
-                 split: str = "roleagent") -> None:
+    def __init__(
+        self,
+        call_format: str = "qwen",
+        interface: str = "plain",
+        max_steps: int = 0,
+        max_steps_per_turn: int = 20,
+        max_action_chars: int = 16384,
+        max_calls_per_step: int = 64,
+        split_seed: int = data.DEFAULT_SPLIT_SEED,
+        categories: tuple[str, ...] | list[str] = data.CATEGORIES,
+        include_response_schema: bool = False,
+        schema_cues: bool = True,
+        recovery_hints: bool = True,
+        guidelines: bool = True,
+        profile_window: int = 512,
+        type_check: bool = False,
+        tool_format: str = "full",
+        classes: tuple[str, ...] | list[str] | None = None,
+        train_per_category: int = 0,
+        eval_per_category: int = 0,
+        split: str = "roleagent",
+    ) -> None:
         if call_format not in CALL_FORMATS:
             raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
         if interface not in ("plain", "evolved"):
@@ -135,8 +150,9 @@ class BFCLEnv(Environment):
         self.call_format = call_format
         self.interface_mode = interface
         if int(max_steps) < 0 or int(max_steps_per_turn) < 1:
-            raise ValueError(f"max_steps must be >= 0 and max_steps_per_turn >= 1, got "
-                             f"{max_steps} and {max_steps_per_turn}")
+            raise ValueError(
+                f"max_steps must be >= 0 and max_steps_per_turn >= 1, got {max_steps} and {max_steps_per_turn}"
+            )
         self.max_steps_cap = int(max_steps)
         self.max_steps_per_turn = int(max_steps_per_turn)
         self.max_action_chars = int(max_action_chars)
@@ -148,11 +164,11 @@ class BFCLEnv(Environment):
         self.type_check = bool(type_check)
         self.profile = FailureProfile(profile_window)
         self._plain = PlainInterface()
-        self._evolved = EvolvedInterface(self.profile, schema_cues=schema_cues,
-                                         recovery_hints=recovery_hints, guidelines=guidelines)
+        self._evolved = EvolvedInterface(
+            self.profile, schema_cues=schema_cues, recovery_hints=recovery_hints, guidelines=guidelines
+        )
         self._plain.compact = self._evolved.compact = tool_format == "compact"
-        longest = max((n for c in self.categories for n in data.entry_question_turns(c)),
-                      default=1)
+        longest = max((n for c in self.categories for n in data.entry_question_turns(c)), default=1)
         self.max_steps = self.max_steps_cap or longest * (self.max_steps_per_turn + 1)
         self._episode: Episode | None = None
         self._task: Task | None = None
@@ -171,29 +187,40 @@ class BFCLEnv(Environment):
             if limit and taken.get(e["category"], 0) >= limit:
                 continue
             taken[e["category"]] = taken.get(e["category"], 0) + 1
-            out.append(Task(
-                id=data.task_id(split, entry_id), env=self.name,
-                payload={"entry_id": entry_id}, split=split,
-                metadata={"category": e["category"], "task_type": e["category"],  # per-category eval tables
-                          "n_turns": len(e["question"]),
-                          "involved_classes": list(e["involved_classes"])}))
+            out.append(
+                Task(
+                    id=data.task_id(split, entry_id),
+                    env=self.name,
+                    payload={"entry_id": entry_id},
+                    split=split,
+                    metadata={
+                        "category": e["category"],
+                        "task_type": e["category"],  # per-category eval tables
+                        "n_turns": len(e["question"]),
+                        "involved_classes": list(e["involved_classes"]),
+                    },
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ episode -------
 
     def _interface_for(self, task: Task) -> PlainInterface:
-        return self._evolved if (self.interface_mode == "evolved" and task.split == "train") \
-            else self._plain
+        return self._evolved if (self.interface_mode == "evolved" and task.split == "train") else self._plain
 
     def _new_episode(self, task: Task, interface: PlainInterface) -> Episode:
         entry_id = task.payload.get("entry_id") or data.entry_id_of_task(task.id)
         return Episode(
-            data.entry(entry_id), call_format=self.call_format, max_steps=self.max_steps_cap,
-            max_steps_per_turn=self.max_steps_per_turn, max_action_chars=self.max_action_chars,
+            data.entry(entry_id),
+            call_format=self.call_format,
+            max_steps=self.max_steps_cap,
+            max_steps_per_turn=self.max_steps_per_turn,
+            max_action_chars=self.max_action_chars,
             max_calls_per_step=self.max_calls_per_step,
             render_tools=lambda docs: interface.render_tools(self._docs(docs)),
             hint=interface.hint if interface is not self._plain else None,
-            type_check=self.type_check)
+            type_check=self.type_check,
+        )
 
     def _docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.include_response_schema:
@@ -213,9 +240,15 @@ class BFCLEnv(Environment):
         if guidelines:
             instruction += "\n\n# Guidelines\n" + "\n".join(f"- {g}" for g in guidelines)
         first = ep.first_observation()
-        info = {"instruction": instruction, "interface": self._interface.name,
-                "category": ep.category, "n_turns": len(ep.turns), "turn": 0,
-                "guidelines": guidelines, "messages": [{"role": "user", "content": first}]}
+        info = {
+            "instruction": instruction,
+            "interface": self._interface.name,
+            "category": ep.category,
+            "n_turns": len(ep.turns),
+            "turn": 0,
+            "guidelines": guidelines,
+            "messages": [{"role": "user", "content": first}],
+        }
         return first, info
 
     def step(self, action: str) -> StepResult:
@@ -275,4 +308,3 @@ class BFCLEnv(Environment):
 
     def close(self) -> None:
         self._episode = None
-

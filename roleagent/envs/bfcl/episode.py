@@ -45,14 +45,14 @@ with more than ``max_calls_per_step`` calls is a decode failure (bfcl has no suc
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from roleagent.envs.bfcl.executor import PARSE_ERROR, Backends, CallRecord, tool_schemas
 from roleagent.envs.bfcl.parsing import ParsedCall, parse_call_string, parse_turn, render_calls
 
-ADDITIONAL_FUNCTION_PROMPT = (
-    "I have updated some more functions you can choose from. What about now?")
+ADDITIONAL_FUNCTION_PROMPT = "I have updated some more functions you can choose from. What about now?"
 
 
 @dataclass
@@ -91,12 +91,19 @@ class TurnEvidence:
 
 
 class Episode:
-    def __init__(self, entry: dict[str, Any], *, call_format: str = "qwen",
-                 max_steps: int = 0, max_steps_per_turn: int = 20,
-                 max_action_chars: int = 16384, max_calls_per_step: int = 64,
-                 render_tools: Callable[[list[dict[str, Any]]], str] | None = None,
-                 hint: Callable[[CallRecord, dict[str, Any]], str | None] | None = None,
-                 type_check: bool = False) -> None:
+    def __init__(
+        self,
+        entry: dict[str, Any],
+        *,
+        call_format: str = "qwen",
+        max_steps: int = 0,
+        max_steps_per_turn: int = 20,
+        max_action_chars: int = 16384,
+        max_calls_per_step: int = 64,
+        render_tools: Callable[[list[dict[str, Any]]], str] | None = None,
+        hint: Callable[[CallRecord, dict[str, Any]], str | None] | None = None,
+        type_check: bool = False,
+    ) -> None:
         self.entry = entry
         self.call_format = call_format
         self.max_steps = max_steps
@@ -112,8 +119,7 @@ class Episode:
         self.model = Backends(classes, entry["initial_config"], self.long_context)
         self.truth = Backends(classes, entry["initial_config"], self.long_context)
         self.schemas = tool_schemas(classes)
-        self.missed: dict[int, list[str]] = {int(k): list(v) for k, v in
-                                             (entry.get("missed_function") or {}).items()}
+        self.missed: dict[int, list[str]] = {int(k): list(v) for k, v in (entry.get("missed_function") or {}).items()}
         held = {n for names in self.missed.values() for n in names}
         self.available: set[str] = {n for n in self.schemas if n not in held}
         self.turns = [TurnEvidence(i, list(gt)) for i, gt in enumerate(entry["ground_truth"])]
@@ -141,8 +147,9 @@ class Episode:
     # ------------------------------------------------------------------- text --------
 
     def tool_docs(self, names: set[str] | list[str]) -> list[dict[str, Any]]:
-        return [{k: v for k, v in self.schemas[n].items() if not k.startswith("_")}
-                for n in self.schemas if n in set(names)]
+        return [
+            {k: v for k, v in self.schemas[n].items() if not k.startswith("_")} for n in self.schemas if n in set(names)
+        ]
 
     def user_message(self, turn: int) -> str:
         messages = self.entry["question"][turn]
@@ -161,15 +168,23 @@ class Episode:
             raise RuntimeError("episode is over; call reset()")
         self.steps += 1
         ev = self.turns[self.turn]
-        parsed = parse_turn(text, self.call_format, max_chars=self.max_action_chars,
-                            max_calls=self.max_calls_per_step)
-        info: dict[str, Any] = {"turn": self.turn, "n_turns": len(self.turns), "calls": [],
-                                "turn_ended": False, "action_valid": True, "messages": []}
+        parsed = parse_turn(text, self.call_format, max_chars=self.max_action_chars, max_calls=self.max_calls_per_step)
+        info: dict[str, Any] = {
+            "turn": self.turn,
+            "n_turns": len(self.turns),
+            "calls": [],
+            "turn_ended": False,
+            "action_valid": True,
+            "messages": [],
+        }
         broken = self._decode_failure(parsed)
         if broken:  # bfcl's decoder rejects the whole step: nothing runs, the turn ends
             ev.steps.append([r.to_json() for r in broken])
-            info.update(calls=[r.to_json() for r in broken], action_valid=False,
-                        decode_error="; ".join(r.error or "" for r in broken))
+            info.update(
+                calls=[r.to_json() for r in broken],
+                action_valid=False,
+                decode_error="; ".join(r.error or "" for r in broken),
+            )
         elif parsed.has_calls:
             return self._execute_step(ev, parsed, info)
         return self._end_turn(ev, info)
@@ -177,13 +192,13 @@ class Episode:
     def _decode_failure(self, parsed: Any) -> list[CallRecord]:
         """The parse-error records of a step bfcl could not decode (empty if it could)."""
         if parsed.error is not None:
-            return [CallRecord(None, {}, PARSE_ERROR, f"Error: {parsed.error}.",
-                               parsed.error, "parse_error")]
+            return [CallRecord(None, {}, PARSE_ERROR, f"Error: {parsed.error}.", parsed.error, "parse_error")]
         bad = [c for c in parsed.calls if c.error is not None]
         return [self.model.execute(c, frozenset(), self.type_check) for c in bad]
 
-    def _execute_step(self, ev: TurnEvidence, parsed: Any,
-                      info: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+    def _execute_step(
+        self, ev: TurnEvidence, parsed: Any, info: dict[str, Any]
+    ) -> tuple[str, float, bool, dict[str, Any]]:
         # bfcl executes any method of the involved instances: ``available`` only decides
         # which schemas the prompt shows (held-out miss_func tools run if called early)
         callable_tools = frozenset(self.schemas)
@@ -207,8 +222,7 @@ class Episode:
         info["messages"] = [{"role": "tool", "content": p} for p in parts]
         return self._format_results(parts), 0.0, False, info
 
-    def _end_turn(self, ev: TurnEvidence,
-                  info: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+    def _end_turn(self, ev: TurnEvidence, info: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
         info["turn_ended"] = True
         self._check_turn(ev)
         if self.turn + 1 >= len(self.turns):
@@ -233,14 +247,14 @@ class Episode:
     # ----------------------------------------------------------------- checks --------
 
     def _check_turn(self, ev: TurnEvidence) -> None:
-        from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa: PLC0415
-            response_checker, state_checker)
+        from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import response_checker, state_checker  # noqa: PLC0415
 
         ev.checked = True
         gt_records = []
         for call in ev.gt_parsed:
-            rec = self.truth.execute(ParsedCall(call["name"], dict(call["arguments"])),
-                                     frozenset(self.schemas), type_check=False)
+            rec = self.truth.execute(
+                ParsedCall(call["name"], dict(call["arguments"])), frozenset(self.schemas), type_check=False
+            )
             gt_records.append(rec)
             if not rec.executed:
                 ev.gt_error = ev.gt_error or f"{call['name']}: {rec.error}"
@@ -302,11 +316,13 @@ class Episode:
         ev = self.turns[self.turn]
         done = sum(len(step) for step in ev.steps)  # calls already made in this turn
         if ev.gt_parsed and done < len(ev.gt_parsed):
-            chunk = ev.gt_parsed[done:done + self.max_calls_per_step]
+            chunk = ev.gt_parsed[done : done + self.max_calls_per_step]
             return render_calls([(c["name"], c["arguments"]) for c in chunk], self.call_format)
         if ev.gt_empty:
-            return ("I cannot complete this request with the functions and information I "
-                    "have; please provide what is missing.")
+            return (
+                "I cannot complete this request with the functions and information I "
+                "have; please provide what is missing."
+            )
         return "Done: I have completed the requested operations."
 
     def evidence(self) -> list[TurnEvidence]:

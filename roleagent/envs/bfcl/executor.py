@@ -50,9 +50,10 @@ import importlib
 import inspect
 import json
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from roleagent.envs.bfcl.data import BACKENDS, STATELESS_CLASSES, func_docs
 from roleagent.envs.bfcl.parsing import ParsedCall
@@ -60,8 +61,7 @@ from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, truncate
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
-OK, TOOL_ERROR, EXEC_ERROR, REJECTED, PARSE_ERROR = (
-    "ok", "tool_error", "exec_error", "rejected", "parse_error")
+OK, TOOL_ERROR, EXEC_ERROR, REJECTED, PARSE_ERROR = ("ok", "tool_error", "exec_error", "rejected", "parse_error")
 
 #: CPU seconds one tool call (with the stringification of its result) may use.
 CALL_CPU_SECONDS = 5.0
@@ -107,10 +107,14 @@ class CallRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record for ``info["calls"]`` and the diagnosis; long texts are capped."""
-        return {"name": self.name, "arguments": _jsonable(self.arguments), "status": self.status,
-                "result": truncate(self.result, RECORD_CHARS),
-                "error": None if self.error is None else truncate(self.error, RECORD_CHARS),
-                "error_kind": self.error_kind}
+        return {
+            "name": self.name,
+            "arguments": _jsonable(self.arguments),
+            "status": self.status,
+            "result": truncate(self.result, RECORD_CHARS),
+            "error": None if self.error is None else truncate(self.error, RECORD_CHARS),
+            "error_kind": self.error_kind,
+        }
 
 
 def _jsonable(value: Any) -> Any:
@@ -162,13 +166,11 @@ def cost_problem(name: str, kwargs: dict[str, Any]) -> str | None:
         if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
             bits = exponent * (abs(base).bit_length() - 1) + 1  # lower bound of the size
             if bits > MAX_POWER_BITS:
-                return (f"power: the integer result would have about {bits} bits "
-                        f"(limit {MAX_POWER_BITS})")
+                return f"power: the integer result would have about {bits} bits (limit {MAX_POWER_BITS})"
     return None
 
 
-def state_size(obj: Any, max_items: int = MAX_STATE_ITEMS,
-               max_chars: int = MAX_STATE_CHARS) -> tuple[int, int]:
+def state_size(obj: Any, max_items: int = MAX_STATE_ITEMS, max_chars: int = MAX_STATE_CHARS) -> tuple[int, int]:
     """(entries, characters) of the *logical* state of ``obj``: what a walk over every
     path enumerates (GorillaFileSystem's ``find``). Containers and objects' ``__dict__``
     are walked; an object reached again through a container is walked again (bfcl's
@@ -216,8 +218,13 @@ def _numeric_contexts() -> Iterator[None]:
 class Backends:
     """The backend instances of one episode (or of its ground-truth replay)."""
 
-    def __init__(self, involved_classes: list[str], initial_config: dict[str, Any],
-                 long_context: bool, call_cpu_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        involved_classes: list[str],
+        initial_config: dict[str, Any],
+        long_context: bool,
+        call_cpu_seconds: float | None = None,
+    ) -> None:
         self.instances: dict[str, Any] = {}
         self.call_cpu_seconds = CALL_CPU_SECONDS if call_cpu_seconds is None else call_cpu_seconds
         for class_name in involved_classes:
@@ -225,8 +232,7 @@ class Backends:
             cls = getattr(importlib.import_module(module_name), class_name)
             instance = cls()
             if class_name not in STATELESS_CLASSES:
-                instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})),
-                                        long_context=long_context)
+                instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
                 # _load_scenario may keep references to module-level defaults (rule 8)
                 instance.__dict__ = copy.deepcopy(instance.__dict__)
             self.instances[class_name] = instance
@@ -234,8 +240,9 @@ class Backends:
 
     # ------------------------------------------------------------------ checks -------
 
-    def check(self, call: ParsedCall, available: set[str] | frozenset[str],
-              type_check: bool = True) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    def check(
+        self, call: ParsedCall, available: set[str] | frozenset[str], type_check: bool = True
+    ) -> tuple[dict[str, Any] | None, str | None, str | None]:
         """Validate a call. Returns (kwargs, None, None) or (None, error, error_kind).
         ``type_check=False`` skips rule 4's value types (names, availability, binding,
         unknown and required parameters are always checked)."""
@@ -258,8 +265,11 @@ class Backends:
         required = list(params.get("required", []) or [])
         kwargs = dict(call.arguments)
         if call.positional:
-            sig_names = [p.name for p in inspect.signature(method).parameters.values()
-                         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+            sig_names = [
+                p.name
+                for p in inspect.signature(method).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ][1:]
             if len(call.positional) > len(sig_names):
                 return None, f"{name} takes at most {len(sig_names)} positional arguments", "bad_arguments"
             for pname, value in zip(sig_names, call.positional):
@@ -268,8 +278,14 @@ class Backends:
                 kwargs[pname] = value
         unknown = [k for k in kwargs if k not in props]
         if unknown:
-            return None, (f"{name}: unexpected argument(s) {', '.join(map(repr, unknown[:5]))}; "
-                          f"parameters are {', '.join(props) or 'none'}"), "unexpected_argument"
+            return (
+                None,
+                (
+                    f"{name}: unexpected argument(s) {', '.join(map(repr, unknown[:5]))}; "
+                    f"parameters are {', '.join(props) or 'none'}"
+                ),
+                "unexpected_argument",
+            )
         missing = [r for r in required if r not in kwargs]
         if missing:
             return None, f"{name}: missing required argument(s) {', '.join(map(repr, missing))}", "missing_argument"
@@ -283,24 +299,32 @@ class Backends:
 
     # --------------------------------------------------------------- execution -------
 
-    def execute(self, call: ParsedCall, available: set[str] | frozenset[str],
-                type_check: bool = True) -> CallRecord:
+    def execute(self, call: ParsedCall, available: set[str] | frozenset[str], type_check: bool = True) -> CallRecord:
         kwargs, error, kind = self.check(call, available, type_check)
         if kwargs is None:
             status = PARSE_ERROR if kind == "parse_error" else REJECTED
-            return CallRecord(call.name, dict(call.arguments), status,
-                              f"Error: {error}. The call was not executed.", error, kind, call.raw)
+            return CallRecord(
+                call.name,
+                dict(call.arguments),
+                status,
+                f"Error: {error}. The call was not executed.",
+                error,
+                kind,
+                call.raw,
+            )
         name = call.name
         assert name is not None
         instance = self.instances[self.schemas[name]["_class"]]
         bound = getattr(instance, name)
         if not inspect.ismethod(bound) or bound.__self__ is not instance:
-            return CallRecord(name, kwargs, REJECTED, "Error: not a tool method.", "not a tool method",
-                              "unknown_tool", call.raw)
+            return CallRecord(
+                name, kwargs, REJECTED, "Error: not a tool method.", "not a tool method", "unknown_tool", call.raw
+            )
         problem = cost_problem(name, kwargs)
         if problem:
-            return CallRecord(name, kwargs, EXEC_ERROR, f"Error during execution: {problem}",
-                              problem, "resource_limit", call.raw)
+            return CallRecord(
+                name, kwargs, EXEC_ERROR, f"Error during execution: {problem}", problem, "resource_limit", call.raw
+            )
         stateful = type(instance).__name__ not in STATELESS_CLASSES
         saved = copy.deepcopy(instance.__dict__) if stateful else None
         try:
@@ -308,35 +332,51 @@ class Backends:
                 value = bound(**kwargs)
                 result = format_result(value)
         except DeadlineExceeded:
-            return self._undo(instance, saved, name, kwargs, call.raw,
-                              f"the call used more than {self.call_cpu_seconds:g} s of CPU time")
+            return self._undo(
+                instance,
+                saved,
+                name,
+                kwargs,
+                call.raw,
+                f"the call used more than {self.call_cpu_seconds:g} s of CPU time",
+            )
         except Exception as exc:  # noqa: BLE001 - a backend error is an observation
             message = f"Error during execution: {_message(exc)}"
             return CallRecord(name, kwargs, EXEC_ERROR, message, _message(exc), "exec_error", call.raw)
         if stateful:
             items, chars = state_size(instance)
             if items > MAX_STATE_ITEMS or chars > MAX_STATE_CHARS:
-                return self._undo(instance, saved, name, kwargs, call.raw,
-                                  f"the call would grow the {type(instance).__name__} state past "
-                                  f"{MAX_STATE_ITEMS} entries or {MAX_STATE_CHARS} characters")
+                return self._undo(
+                    instance,
+                    saved,
+                    name,
+                    kwargs,
+                    call.raw,
+                    f"the call would grow the {type(instance).__name__} state past "
+                    f"{MAX_STATE_ITEMS} entries or {MAX_STATE_CHARS} characters",
+                )
         if isinstance(value, dict) and "error" in value:
             return CallRecord(name, kwargs, TOOL_ERROR, result, str(value["error"]), "tool_error", call.raw)
         return CallRecord(name, kwargs, OK, result, None, None, call.raw)
 
     @staticmethod
-    def _undo(instance: Any, saved: dict[str, Any] | None, name: str, kwargs: dict[str, Any],
-              raw: str, why: str) -> CallRecord:
+    def _undo(
+        instance: Any, saved: dict[str, Any] | None, name: str, kwargs: dict[str, Any], raw: str, why: str
+    ) -> CallRecord:
         """Restore the state from before the call and report it as a resource limit."""
         if saved is not None:
             instance.__dict__ = saved
         message = f"{why}; it was undone"
-        return CallRecord(name, kwargs, EXEC_ERROR, f"Error during execution: {message}",
-                          message, "resource_limit", raw)
+        return CallRecord(
+            name, kwargs, EXEC_ERROR, f"Error during execution: {message}", message, "resource_limit", raw
+        )
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """Public attributes of every instance (what bfcl's state checker compares)."""
-        return {c: {k: copy.deepcopy(v) for k, v in vars(i).items() if not k.startswith("_")}
-                for c, i in self.instances.items()}
+        return {
+            c: {k: copy.deepcopy(v) for k, v in vars(i).items() if not k.startswith("_")}
+            for c, i in self.instances.items()
+        }
 
 
 def _message(exc: BaseException) -> str:
@@ -347,9 +387,16 @@ def _message(exc: BaseException) -> str:
 
 
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "float": (int, float), "number": (int, float),
-    "boolean": (bool,), "dict": (dict,), "object": (dict,), "array": (list, tuple),
-    "tuple": (list, tuple), "list": (list, tuple),
+    "string": (str,),
+    "integer": (int,),
+    "float": (int, float),
+    "number": (int, float),
+    "boolean": (bool,),
+    "dict": (dict,),
+    "object": (dict,),
+    "array": (list, tuple),
+    "tuple": (list, tuple),
+    "list": (list, tuple),
 }
 
 

@@ -27,7 +27,8 @@ import copy
 import json
 import re
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from roleagent.algos.seal import tag_statistics
 from roleagent.envs.bfcl.executor import CallRecord
@@ -38,34 +39,40 @@ _ENUM_RE = re.compile(r"\[Enum\]:\s*(\[[^\]]*\]|[^.\"\]]+)")
 GUIDELINES: dict[str, str] = {
     "invalid_tool_call": (
         "Call only tools listed in the schema, with their exact names, inside the required "
-        "tool-call format; a tool that is not listed is not available yet."),
+        "tool-call format; a tool that is not listed is not available yet."
+    ),
     "argument_mismatch": (
         "Before calling a tool, match every argument to its schema: include all [required] "
         "arguments, use the documented type, and pick values only from the allowed enum "
-        "list when one is given."),
+        "list when one is given."
+    ),
     "state_mismatch": (
         "Make sure your calls change the environment exactly as the user asked: check the "
         "current state (e.g. current directory, login status, existing items) before acting, "
-        "and do not perform extra state-changing operations."),
+        "and do not perform extra state-changing operations."
+    ),
     "recovery_failure": (
         "When a tool returns an error, read it, fix the cause (a missing prerequisite call, a "
-        "wrong argument) and retry before ending your turn."),
+        "wrong argument) and retry before ending your turn."
+    ),
     "missing_tool_call": (
         "If the request can be done with the available tools, call them; answer in plain text "
         "only after every requested operation is done. If a needed tool or parameter is "
-        "missing, say so instead of guessing."),
+        "missing, say so instead of guessing."
+    ),
     "response_mismatch": (
         "Call the tools whose results the user asked for (look-ups, reads, computations) "
-        "rather than answering from memory."),
+        "rather than answering from memory."
+    ),
     # authors' code vocabulary, in case a profile is kept over those tags
     "spurious_tool_call": (
         "If a needed function or a required parameter is missing, do not call tools with "
-        "guessed values: ask the user for what is missing."),
+        "guessed values: ask the user for what is missing."
+    ),
     "empty_turn_model_response": (
-        "Every user request that the tools can serve needs at least one tool call in that "
-        "turn."),
-    "instance_mismatch": (
-        "Keep track of the state your earlier calls produced; later requests build on it."),
+        "Every user request that the tools can serve needs at least one tool call in that turn."
+    ),
+    "instance_mismatch": ("Keep track of the state your earlier calls produced; later requests build on it."),
 }
 
 MIN_COUNT = 8
@@ -85,8 +92,7 @@ class FailureProfile:
     def update(self, labels: Iterable[str], reward: float) -> None:
         self._items.append((tuple(sorted(set(labels))), float(reward)))
 
-    def update_from_diagnosis(self, diagnosis: dict[str, Any], reward: float,
-                              key: str = "priority_labels") -> None:
+    def update_from_diagnosis(self, diagnosis: dict[str, Any], reward: float, key: str = "priority_labels") -> None:
         self.update(diagnosis.get(key, []), reward)
 
     def __len__(self) -> int:
@@ -96,17 +102,21 @@ class FailureProfile:
         """{tag: {"count", "prevalence", "reward_mean"}} over the window's trajectories."""
         return tag_statistics([tags for tags, _ in self._items], [reward for _, reward in self._items])
 
-    def select_guidelines(self, max_guidelines: int = MAX_GUIDELINES, *,
-                          min_count: int = MIN_COUNT, min_prevalence: float = MIN_PREVALENCE,
-                          max_reward_mean: float = MAX_REWARD_MEAN) -> list[str]:
+    def select_guidelines(
+        self,
+        max_guidelines: int = MAX_GUIDELINES,
+        *,
+        min_count: int = MIN_COUNT,
+        min_prevalence: float = MIN_PREVALENCE,
+        max_reward_mean: float = MAX_REWARD_MEAN,
+    ) -> list[str]:
         """Tags whose guideline is shown: count ≥ 8, prevalence ≥ 0.10, reward_mean < 0.6,
         ranked by prevalence·(1 − reward_mean) (ties: tag name)."""
         ranked = []
         for tag, s in self.stats().items():
             if tag in NON_FAILURE_TAGS or tag not in GUIDELINES:
                 continue
-            if s["count"] >= min_count and s["prevalence"] >= min_prevalence \
-                    and s["reward_mean"] < max_reward_mean:
+            if s["count"] >= min_count and s["prevalence"] >= min_prevalence and s["reward_mean"] < max_reward_mean:
                 ranked.append((-(s["prevalence"] * (1.0 - s["reward_mean"])), tag))
         return [tag for _, tag in sorted(ranked)[:max_guidelines]]
 
@@ -155,20 +165,30 @@ def schema_cues(doc: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------- recovery hints -------
 
 _ERROR_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"no such file|not found|does not exist|no such", re.I),
-     "The item you referred to does not exist where you looked. Inspect the current state "
-     "(e.g. list the current directory or look the item up) before referring to it."),
-    (re.compile(r"already exists", re.I),
-     "That item already exists; check the current state instead of creating it again."),
-    (re.compile(r"log ?in|authenticat|not logged|permission|unauthori", re.I),
-     "This operation needs an authenticated session or a permission; look for a tool that "
-     "logs in or authenticates first."),
-    (re.compile(r"invalid|not valid|must be|should be", re.I),
-     "An argument value is not acceptable; re-read the parameter description (types, "
-     "formats, allowed values) and correct it."),
-    (re.compile(r"insufficient|not enough|exceed|limit", re.I),
-     "A precondition is not met (balance, capacity, limit); check the relevant status with "
-     "a look-up tool before retrying."),
+    (
+        re.compile(r"no such file|not found|does not exist|no such", re.I),
+        "The item you referred to does not exist where you looked. Inspect the current state "
+        "(e.g. list the current directory or look the item up) before referring to it.",
+    ),
+    (
+        re.compile(r"already exists", re.I),
+        "That item already exists; check the current state instead of creating it again.",
+    ),
+    (
+        re.compile(r"log ?in|authenticat|not logged|permission|unauthori", re.I),
+        "This operation needs an authenticated session or a permission; look for a tool that "
+        "logs in or authenticates first.",
+    ),
+    (
+        re.compile(r"invalid|not valid|must be|should be", re.I),
+        "An argument value is not acceptable; re-read the parameter description (types, "
+        "formats, allowed values) and correct it.",
+    ),
+    (
+        re.compile(r"insufficient|not enough|exceed|limit", re.I),
+        "A precondition is not met (balance, capacity, limit); check the relevant status with "
+        "a look-up tool before retrying.",
+    ),
 ]
 
 
@@ -176,13 +196,14 @@ def recovery_hint(record: CallRecord, schema: dict[str, Any]) -> str | None:
     """A hint for a failed call, chosen by the error class only."""
     kind = record.error_kind
     if kind == "parse_error":
-        return ("Write each call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> "
-                "with valid JSON.")
+        return 'Write each call as <tool_call>{"name": ..., "arguments": {...}}</tool_call> with valid JSON.'
     if kind == "unknown_tool":
         return "Use only the tool names listed in the schema."
     if kind == "unavailable_tool":
-        return ("That tool is not available in this conversation yet; use the available tools "
-                "or tell the user what is missing.")
+        return (
+            "That tool is not available in this conversation yet; use the available tools "
+            "or tell the user what is missing."
+        )
     props = (schema.get("parameters") or {}).get("properties") or {}
     required = (schema.get("parameters") or {}).get("required") or []
     if kind == "missing_argument":
@@ -196,8 +217,10 @@ def recovery_hint(record: CallRecord, schema: dict[str, Any]) -> str | None:
         for pattern, hint in _ERROR_PATTERNS:
             if pattern.search(record.error or ""):
                 return hint
-        return ("The call failed; read the error, fix its cause (a prerequisite call or an "
-                "argument) and retry instead of ending the turn.")
+        return (
+            "The call failed; read the error, fix its cause (a prerequisite call or an "
+            "argument) and retry instead of ending the turn."
+        )
     return None
 
 
@@ -256,8 +279,7 @@ class PlainInterface:
 
     def render_tools(self, docs: list[dict[str, Any]]) -> str:
         if self.compact:
-            return "\n".join(json.dumps(compact_doc(d), ensure_ascii=False, separators=(",", ":"))
-                             for d in docs)
+            return "\n".join(json.dumps(compact_doc(d), ensure_ascii=False, separators=(",", ":")) for d in docs)
         return "\n".join(json.dumps(d, ensure_ascii=False) for d in docs)
 
     def hint(self, record: CallRecord, schema: dict[str, Any]) -> str | None:
@@ -272,8 +294,14 @@ class EvolvedInterface(PlainInterface):
 
     name = "evolved"
 
-    def __init__(self, profile: FailureProfile | None = None, *, schema_cues: bool = True,
-                 recovery_hints: bool = True, guidelines: bool = True) -> None:
+    def __init__(
+        self,
+        profile: FailureProfile | None = None,
+        *,
+        schema_cues: bool = True,
+        recovery_hints: bool = True,
+        guidelines: bool = True,
+    ) -> None:
         self.profile = profile if profile is not None else FailureProfile()
         self.use_schema_cues = schema_cues
         self.use_recovery_hints = recovery_hints

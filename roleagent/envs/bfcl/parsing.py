@@ -53,19 +53,22 @@ class ParsedTurn:
     error: str | None = None  # whole-turn rejection (e.g. oversized): nothing runs
 
 
-def parse_turn(text: str, call_format: str = "qwen", *, max_chars: int = 16384,
-               max_calls: int = 32) -> ParsedTurn:
+def parse_turn(text: str, call_format: str = "qwen", *, max_chars: int = 16384, max_calls: int = 32) -> ParsedTurn:
     if call_format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {call_format!r}; known: {CALL_FORMATS}")
     if not isinstance(text, str):
         return ParsedTurn(True, [], error="action is not a string")
     if len(text) > max_chars:
-        return ParsedTurn(True, [], error=f"action has {len(text)} characters, over the limit "
-                                          f"of {max_chars}; nothing was executed")
+        return ParsedTurn(
+            True, [], error=f"action has {len(text)} characters, over the limit of {max_chars}; nothing was executed"
+        )
     turn = _parse_qwen(text) if call_format == "qwen" else _parse_python(text)
     if len(turn.calls) > max_calls:
-        return ParsedTurn(True, [], error=f"{len(turn.calls)} tool calls in one turn, over the "
-                                          f"limit of {max_calls}; nothing was executed")
+        return ParsedTurn(
+            True,
+            [],
+            error=f"{len(turn.calls)} tool calls in one turn, over the limit of {max_calls}; nothing was executed",
+        )
     return turn
 
 
@@ -88,7 +91,7 @@ def tool_call_blocks(text: str) -> list[str]:
         end = text.find(_CLOSE, start + len(_OPEN))
         if end < 0:  # unclosed: no complete block can start at or after this point
             return blocks
-        blocks.append(text[start + len(_OPEN):end])
+        blocks.append(text[start + len(_OPEN) : end])
         pos = end + len(_CLOSE)
 
 
@@ -147,8 +150,11 @@ def _parse_json_call(block: str) -> ParsedCall:
         try:
             args = strict_json_loads(args) if args.strip() else {}
         except (ValueError, RecursionError):
-            return ParsedCall(name if isinstance(name, str) else None, raw=raw[:200],
-                              error="'arguments' is a string that is not a JSON object")
+            return ParsedCall(
+                name if isinstance(name, str) else None,
+                raw=raw[:200],
+                error="'arguments' is a string that is not a JSON object",
+            )
     if args is None:
         args = {}
     if not isinstance(name, str):
@@ -169,15 +175,13 @@ def _parse_python(text: str) -> ParsedTurn:
         tree = ast.parse(body, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         if _LOOKS_LIKE_PY_CALL.match(body):
-            return ParsedTurn(True, [ParsedCall(None, raw=body[:200],
-                                                error="could not parse the call list")])
+            return ParsedTurn(True, [ParsedCall(None, raw=body[:200], error="could not parse the call list")])
         return ParsedTurn(False, [])
     if isinstance(tree, (ast.List, ast.Tuple)):
         nodes = list(tree.elts)
         if not nodes or not all(isinstance(n, ast.Call) for n in nodes):
             if any(isinstance(n, ast.Call) for n in nodes):
-                return ParsedTurn(True, [ParsedCall(None, raw=body[:200],
-                                                    error="the list may contain only calls")])
+                return ParsedTurn(True, [ParsedCall(None, raw=body[:200], error="the list may contain only calls")])
             return ParsedTurn(False, [])
     elif isinstance(tree, ast.Call):
         nodes = [tree]
@@ -194,15 +198,14 @@ def _unfence(body: str) -> str:
     """
     if len(body) >= 6 and body.startswith("```") and body.endswith("```"):
         inner = body[3:-3]
-        return inner[_FENCE_LANG_RE.match(inner).end():].strip()
+        return inner[_FENCE_LANG_RE.match(inner).end() :].strip()
     return body
 
 
 def parse_python_call(node: ast.Call, source: str = "") -> ParsedCall:
     raw = (ast.get_source_segment(source, node) or "") if source else ""
     if not isinstance(node.func, ast.Name):
-        return ParsedCall(None, raw=raw[:200],
-                          error="only plain function names may be called (no attribute access)")
+        return ParsedCall(None, raw=raw[:200], error="only plain function names may be called (no attribute access)")
     name = node.func.id
     try:
         positional = [_literal(arg) for arg in node.args]
@@ -242,9 +245,9 @@ def render_calls(calls: list[tuple[str, dict[str, Any]]], call_format: str = "qw
     """Render ``(name, kwargs)`` calls as one model turn in ``call_format``."""
     if call_format == "qwen":
         return "\n".join(
-            "<tool_call>\n" + json.dumps({"name": n, "arguments": a}, ensure_ascii=False)
-            + "\n</tool_call>" for n, a in calls)
+            "<tool_call>\n" + json.dumps({"name": n, "arguments": a}, ensure_ascii=False) + "\n</tool_call>"
+            for n, a in calls
+        )
     if call_format == "python":
-        return "[" + ", ".join(
-            f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")" for n, a in calls) + "]"
+        return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")" for n, a in calls) + "]"
     raise ValueError(f"unknown call format {call_format!r}")

@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--split", default="eval")
     parser.add_argument("--call-format", default="qwen")
-    parser.add_argument("--type-check", action="store_true",
-                        help="reject type-violating calls (bfcl executes them)")
+    parser.add_argument("--type-check", action="store_true", help="reject type-violating calls (bfcl executes them)")
     parser.add_argument("--limit", type=int, default=0, help="tasks per category (0: all)")
     args = parser.parse_args(argv)
     env = BFCLEnv(call_format=args.call_format, type_check=args.type_check)

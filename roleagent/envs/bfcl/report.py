@@ -12,12 +12,12 @@ accuracies (the paper's "Overall Acc"), over the categories present.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from roleagent.envs.bfcl.data import CATEGORIES, category_of, entry_id_of_task
 
-COLUMN_NAMES = {"base": "Base", "miss_func": "Miss Func", "miss_param": "Miss Param",
-                "long_context": "Long Context"}
+COLUMN_NAMES = {"base": "Base", "miss_func": "Miss Func", "miss_param": "Miss Param", "long_context": "Long Context"}
 
 
 def category_accuracies(results: Mapping[str, bool] | Iterable[Any]) -> dict[str, float]:
@@ -33,8 +33,7 @@ def category_accuracies(results: Mapping[str, bool] | Iterable[Any]) -> dict[str
     return out
 
 
-def bfcl_table(rows: Mapping[str, Mapping[str, bool] | Iterable[Any]], *,
-               fmt: str = "markdown") -> str:
+def bfcl_table(rows: Mapping[str, Mapping[str, bool] | Iterable[Any]], *, fmt: str = "markdown") -> str:
     """A markdown (or ``fmt="tsv"``) table: Model | Base | Miss Func | Miss Param |
     Long Context | Avg, rendered by :func:`roleagent.evaluation.format_table`."""
     from roleagent.evaluation import format_table

@@ -15,7 +15,9 @@ class WIAConfig:
     horizon: int = _f(0, "predicted states per action H; 0 means max(1, round(horizon_fraction * T_max))")
     horizon_fraction: float = _f(0.05, "H as a fraction of the episode step limit (paper: 5%)")
     max_new_tokens: int = _f(48, "token limit of one prediction")
-    train_predictions: bool = _f(False, "also train the prediction tokens with the step's advantage (paper eq. 9 trains actions only)")
+    train_predictions: bool = _f(
+        False, "also train the prediction tokens with the step's advantage (paper eq. 9 trains actions only)"
+    )
 
 
 @dataclass
@@ -23,13 +25,20 @@ class AIWConfig:
     """Agent-In-World settings. Defaults are ours: the paper gives none for the sampler."""
 
     enabled: bool = _f(False, "Agent-In-World: failure analysis -> memory -> retrieval -> task distribution")
-    analyst: str = _f("policy", "who writes failure reflections: policy (the trained model, paper) | llm (another "
-                      "model behind the same generate protocol) | rule (the environment's diagnose)")
-    retriever: str = _f("policy", "who picks tasks sharing a failure: policy | llm (paper Figure 9 over the candidate "
-                        "list) | bm25 (top-k of the pre-filter, no LLM) | embedding (MiniLM cosine top-k)")
+    analyst: str = _f(
+        "policy",
+        "who writes failure reflections: policy (the trained model, paper) | llm (another "
+        "model behind the same generate protocol) | rule (the environment's diagnose)",
+    )
+    retriever: str = _f(
+        "policy",
+        "who picks tasks sharing a failure: policy | llm (paper Figure 9 over the candidate "
+        "list) | bm25 (top-k of the pre-filter, no LLM) | embedding (MiniLM cosine top-k)",
+    )
     candidates: int = _f(20, "bound on the candidate list shown to the retriever (one entry per task)")
-    prefilter: str = _f("hybrid", "candidate pre-filter: hybrid (same failure type first, then any BM25 match) | "
-                        "bm25 | type")
+    prefilter: str = _f(
+        "hybrid", "candidate pre-filter: hybrid (same failure type first, then any BM25 match) | bm25 | type"
+    )
     top_k: int = _f(3, "at most this many tasks retrieved per failure (the paper's case studies show 3)")
     boost: float = _f(1.0, "weight added to a retrieved task (uniform = 1: one more copy of it in the training set)")
     self_boost: float = _f(0.0, "weight added to the failed task itself (0: only retrieved tasks, as in the paper)")

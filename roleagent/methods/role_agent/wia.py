@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,9 @@ from roleagent.types import Trajectory
 PREFIX = "<state1>"
 
 
-def predictor_messages(*, instruction: str, observation: str, action: str, horizon: int,
-                       max_observation_chars: int = 400) -> list[dict[str, str]]:
+def predictor_messages(
+    *, instruction: str, observation: str, action: str, horizon: int, max_observation_chars: int = 400
+) -> list[dict[str, str]]:
     """x_pre for one step: predict the observations after ``action`` and the next H−1 steps."""
     tags = "".join(f"<state{h}>...</state{h}>" for h in range(1, horizon + 1))
     steps = "the next observation" if horizon == 1 else f"the next {horizon} observations"
@@ -87,22 +89,33 @@ class PredictionExtension:
 
     def __init__(self, horizon: int, *, max_new_tokens: int, temperature: float, top_p: float):
         self.horizon = horizon
-        self.sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                       stop=stop_strings(horizon))
+        self.sampling = SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stop=stop_strings(horizon)
+        )
 
     def after_actions(self, engine, turns) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = [{"predictions": []} for _ in turns]
         rows = [i for i, turn in enumerate(turns) if turn.valid]
         prompts = [
-            engine.encode_chat(predictor_messages(instruction=turns[i].instruction, observation=turns[i].observation,
-                                                  action=turns[i].action, horizon=self.horizon),
-                               response_prefix=PREFIX)
+            engine.encode_chat(
+                predictor_messages(
+                    instruction=turns[i].instruction,
+                    observation=turns[i].observation,
+                    action=turns[i].action,
+                    horizon=self.horizon,
+                ),
+                response_prefix=PREFIX,
+            )
             for i in rows
         ]
         if prompts:
             for i, gen in zip(rows, engine.generate(prompts, self.sampling)):
-                records[i] = {"predictions": parse_predictions(gen.text, self.horizon),
-                              "prompt_ids": gen.prompt_ids, "ids": gen.ids, "logprobs": gen.logprobs}
+                records[i] = {
+                    "predictions": parse_predictions(gen.text, self.horizon),
+                    "prompt_ids": gen.prompt_ids,
+                    "ids": gen.ids,
+                    "logprobs": gen.logprobs,
+                }
         return records
 
     def finish(self, trajectory: Trajectory) -> None:
@@ -141,9 +154,17 @@ def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
     """Role-Agent ``A = A^S(R_t) + α·A^E`` (eq. 9) over ``batch``, with R_t modulated by the
     steps' prediction scores (``algos.role_agent_advantage_parts``)."""
     a_state, a_episode, groups = algos.role_agent_advantage_parts(
-        batch.group_ids, batch.traj_ids, batch.rewards, batch.states, prediction_scores(batch.steps),
-        penalties=batch.penalties, penalty_placement=cfg.penalty_placement, gamma=cfg.gamma, mode=cfg.norm,
-        similarity_threshold=cfg.similarity_threshold)
+        batch.group_ids,
+        batch.traj_ids,
+        batch.rewards,
+        batch.states,
+        prediction_scores(batch.steps),
+        penalties=batch.penalties,
+        penalty_placement=cfg.penalty_placement,
+        gamma=cfg.gamma,
+        mode=cfg.norm,
+        similarity_threshold=cfg.similarity_threshold,
+    )
     return Advantages(a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state}, groups)
 
 
@@ -159,8 +180,9 @@ class WorldInAgent(Method):
         super().__init__(context, config)
         settings = context.settings
         self.horizon = config.horizon or algos.prediction_horizon(settings.max_steps, config.horizon_fraction)
-        self.extension = PredictionExtension(self.horizon, max_new_tokens=config.max_new_tokens,
-                                             temperature=settings.temperature, top_p=settings.top_p)
+        self.extension = PredictionExtension(
+            self.horizon, max_new_tokens=config.max_new_tokens, temperature=settings.temperature, top_p=settings.top_p
+        )
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -10,12 +10,27 @@ from roleagent.fields import ConfigError, _f
 
 @dataclass
 class SEALConfig:
-    enabled: bool = _f(False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below")
-    reweight: bool = _f(True, "multiply each trajectory's group-normalised advantage by w = clip(mean rho(turn labels), w_min, w_max)")
-    utility_ema: bool = _f(True, "the authors' code's closed loop (apatch.dynamic): move the utilities rho toward the failure profile after each iteration (EMA; pass stays fixed; needs reweight). The paper's text keeps rho fixed")
-    interface_evolution: bool = _f(True, "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, recovery hints, profile guidelines); evaluation stays plain")
-    interface_updates: bool = _f(True, "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's guidelines follow the policy's failures; false keeps the interface of iteration 0 (no guidelines). Needs interface_evolution")
-    utilities: dict = _f({}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)")
+    enabled: bool = _f(
+        False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below"
+    )
+    reweight: bool = _f(
+        True, "multiply each trajectory's group-normalised advantage by w = clip(mean rho(turn labels), w_min, w_max)"
+    )
+    utility_ema: bool = _f(
+        True,
+        "the authors' code's closed loop (apatch.dynamic): move the utilities rho toward the failure profile after each iteration (EMA; pass stays fixed; needs reweight). The paper's text keeps rho fixed",
+    )
+    interface_evolution: bool = _f(
+        True,
+        "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, recovery hints, profile guidelines); evaluation stays plain",
+    )
+    interface_updates: bool = _f(
+        True,
+        "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's guidelines follow the policy's failures; false keeps the interface of iteration 0 (no guidelines). Needs interface_evolution",
+    )
+    utilities: dict = _f(
+        {}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)"
+    )
     w_min: float = _f(0.5, "lower clip of the trajectory weight")
     w_max: float = _f(2.0, "upper clip of the trajectory weight")
     beta: float = _f(0.25, "utility EMA: EMA step toward the target utility")
@@ -23,7 +38,10 @@ class SEALConfig:
     confidence_samples: int = _f(32, "utility EMA: trajectories carrying a tag before its target moves fully")
     window: int = _f(512, "utility EMA: trajectories in the sliding statistics window")
     profile_window: int = _f(512, "interface evolution: trajectories in the failure profile's window")
-    diagnose_unfinished: bool = _f(True, "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them, on the env workers under env.timeout; false, or a replay that fails, gives them weight 1")
+    diagnose_unfinished: bool = _f(
+        True,
+        "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them, on the env workers under env.timeout; false, or a replay that fails, gives them weight 1",
+    )
 
 
 def validate_seal(cfg) -> None:
@@ -47,14 +65,20 @@ def validate_seal(cfg) -> None:
     except ImportError:
         labelled = cfg.env.name == "bfcl"
     if not labelled:
-        raise ConfigError(f"seal.enabled needs an environment whose diagnose() returns turn labels "
-                          f"(env.name=bfcl), got env.name={cfg.env.name!r}")
+        raise ConfigError(
+            f"seal.enabled needs an environment whose diagnose() returns turn labels "
+            f"(env.name=bfcl), got env.name={cfg.env.name!r}"
+        )
     if s.utility_ema and not s.reweight:
-        raise ConfigError("seal.utility_ema adapts the reweighting utilities: it needs seal.reweight=true "
-                          "(set seal.utility_ema=false for the w/o-reweighting ablation)")
+        raise ConfigError(
+            "seal.utility_ema adapts the reweighting utilities: it needs seal.reweight=true "
+            "(set seal.utility_ema=false for the w/o-reweighting ablation)"
+        )
     if s.interface_updates and not s.interface_evolution:
-        raise ConfigError("seal.interface_updates updates the evolved interface: it needs "
-                          "seal.interface_evolution=true (set seal.interface_updates=false for the plain interface)")
+        raise ConfigError(
+            "seal.interface_updates updates the evolved interface: it needs "
+            "seal.interface_evolution=true (set seal.interface_updates=false for the plain interface)"
+        )
     if not 0 < s.w_min <= 1 <= s.w_max:
         raise ConfigError("seal.w_min must be in (0, 1] and seal.w_max >= 1 (weights stay positive)")
     if any(not isinstance(v, (int, float)) or v <= 0 for v in s.utilities.values()):
@@ -62,13 +86,19 @@ def validate_seal(cfg) -> None:
     interface = kwargs.get("interface")
     if s.interface_evolution:
         if interface not in (None, "evolved"):
-            raise ConfigError(f"seal.interface_evolution=true trains on env.kwargs.interface=evolved, got "
-                              f"{interface!r} (drop it, or set seal.interface_evolution=false)")
+            raise ConfigError(
+                f"seal.interface_evolution=true trains on env.kwargs.interface=evolved, got "
+                f"{interface!r} (drop it, or set seal.interface_evolution=false)"
+            )
         if cfg.env.eval_split == cfg.env.train_split:
-            raise ConfigError("seal.interface_evolution changes train-split prompts: env.eval_split must differ "
-                              "from env.train_split so evaluation sees the plain interface")
+            raise ConfigError(
+                "seal.interface_evolution changes train-split prompts: env.eval_split must differ "
+                "from env.train_split so evaluation sees the plain interface"
+            )
     elif interface == "evolved":
-        raise ConfigError("env.kwargs.interface=evolved without seal.interface_evolution would freeze the "
-                          "failure profile (no guidelines ever): set seal.interface_evolution=true or interface=plain")
+        raise ConfigError(
+            "env.kwargs.interface=evolved without seal.interface_evolution would freeze the "
+            "failure profile (no guidelines ever): set seal.interface_evolution=true or interface=plain"
+        )
     elif interface not in (None, "plain"):
         raise ConfigError(f"env.kwargs.interface={interface!r}: expected plain or evolved")

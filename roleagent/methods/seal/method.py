@@ -46,7 +46,8 @@ that iteration; evaluation is plain anyway).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -73,10 +74,26 @@ def _last_diagnosis(trajectory: Trajectory) -> dict[str, Any] | None:
 def _replay_copy(trajectory: Trajectory) -> Trajectory:
     """What a diagnosis replay reads (task, each step's action text and validity), without
     the token ids and log-probs, so the copy sent to a worker process stays small."""
-    steps = [Step(observation="", state_key=None, prompt_ids=[], action_ids=[], action_logprobs=[],
-                  action_text=s.action_text, action=s.action, valid=s.valid) for s in trajectory.steps]
-    return Trajectory(task=trajectory.task, steps=steps, success=trajectory.success,
-                      instruction=trajectory.instruction, seed=trajectory.seed)
+    steps = [
+        Step(
+            observation="",
+            state_key=None,
+            prompt_ids=[],
+            action_ids=[],
+            action_logprobs=[],
+            action_text=s.action_text,
+            action=s.action,
+            valid=s.valid,
+        )
+        for s in trajectory.steps
+    ]
+    return Trajectory(
+        task=trajectory.task,
+        steps=steps,
+        success=trajectory.success,
+        instruction=trajectory.instruction,
+        seed=trajectory.seed,
+    )
 
 
 class SealMethod(Method):
@@ -85,8 +102,9 @@ class SealMethod(Method):
     name = "seal"
     config_class = SEALConfig
 
-    def __init__(self, context, cfg: SEALConfig, *,
-                 diagnose: Callable[[Trajectory], dict[str, Any] | None] | None = None) -> None:
+    def __init__(
+        self, context, cfg: SEALConfig, *, diagnose: Callable[[Trajectory], dict[str, Any] | None] | None = None
+    ) -> None:
         """``context.pool`` is the trainer's env pool (for replay diagnosis on its workers
         and profile pushes; ``context`` may be None without one); ``diagnose`` replaces
         the pool's replay with an in-process function (tests)."""
@@ -96,10 +114,19 @@ class SealMethod(Method):
         pool = self.pool
         self._diagnose = diagnose
         self.utilities = {**STATIC_UTILITIES, **{k: float(v) for k, v in cfg.utilities.items()}}
-        self.ema = ClosedLoopWeights(
-            self.utilities, beta=cfg.beta, alpha=cfg.alpha, confidence_samples=cfg.confidence_samples,
-            window=cfg.window, w_min=cfg.w_min, w_max=cfg.w_max,
-        ) if (cfg.reweight and cfg.utility_ema) else None
+        self.ema = (
+            ClosedLoopWeights(
+                self.utilities,
+                beta=cfg.beta,
+                alpha=cfg.alpha,
+                confidence_samples=cfg.confidence_samples,
+                window=cfg.window,
+                w_min=cfg.w_min,
+                w_max=cfg.w_max,
+            )
+            if (cfg.reweight and cfg.utility_ema)
+            else None
+        )
         self.profile = None
         if cfg.interface_evolution and cfg.interface_updates:
             from roleagent.envs.bfcl.interface import FailureProfile
@@ -108,11 +135,15 @@ class SealMethod(Method):
             meta = getattr(pool, "meta", None)
             if meta is not None:
                 if "set_profile" not in getattr(meta, "remote_methods", ()):
-                    raise ValueError(f"seal.interface_updates: {type(meta).__name__} cannot receive a "
-                                     "failure profile (no 'set_profile' in remote_methods)")
+                    raise ValueError(
+                        f"seal.interface_updates: {type(meta).__name__} cannot receive a "
+                        "failure profile (no 'set_profile' in remote_methods)"
+                    )
                 if getattr(meta, "interface_mode", "evolved") != "evolved":
-                    raise ValueError("seal.interface_evolution needs the env built with interface='evolved' "
-                                     "(load the config with roleagent.config.load_config, which sets it)")
+                    raise ValueError(
+                        "seal.interface_evolution needs the env built with interface='evolved' "
+                        "(load the config with roleagent.config.load_config, which sets it)"
+                    )
         self._batch_metrics: dict[str, float] = {}
 
     @classmethod
@@ -195,10 +226,13 @@ class SealMethod(Method):
         for trajectory, weight in zip(batch.trajectories, w):
             trajectory.extras["seal"] = {"weight": float(weight), "applied": bool(self.cfg.reweight)}
         self._batch_metrics = {
-            "weight_mean": float(w.mean()), "weight_min": float(w.min()), "weight_max": float(w.max()),
+            "weight_mean": float(w.mean()),
+            "weight_min": float(w.min()),
+            "weight_max": float(w.max()),
             "diagnosed": float(np.mean(diagnosed)),
-            "diagnosis_unavailable": float(np.mean([isinstance(t.diagnosis, dict) and "unavailable" in t.diagnosis
-                                                    for t in batch.trajectories])),
+            "diagnosis_unavailable": float(
+                np.mean([isinstance(t.diagnosis, dict) and "unavailable" in t.diagnosis for t in batch.trajectories])
+            ),
         }
         if not self.cfg.reweight or len(advantages) == 0:
             return advantages
@@ -230,8 +264,10 @@ class SealMethod(Method):
     # ----------------------------------------------------------------- state ----------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"utility_ema": self.ema.state_dict() if self.ema is not None else None,
-                "profile": self.profile.state_dict() if self.profile is not None else None}
+        return {
+            "utility_ema": self.ema.state_dict() if self.ema is not None else None,
+            "profile": self.profile.state_dict() if self.profile is not None else None,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
@@ -267,6 +303,5 @@ def diagnosis_metrics(trajectories: list[Trajectory], diagnoses: list[dict[str, 
     out["calls"] = float(len(calls))
     out["valid_call_ratio"] = len(executed) / len(calls) if calls else 0.0
     out["calls_per_turn"] = len(calls) / len(stepped) if stepped else 0.0
-    out["call_turn_ratio"] = (float(np.mean([bool((s.info or {}).get("calls")) for s in stepped]))
-                              if stepped else 0.0)
+    out["call_turn_ratio"] = float(np.mean([bool((s.info or {}).get("calls")) for s in stepped])) if stepped else 0.0
     return out

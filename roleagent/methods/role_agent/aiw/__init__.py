@@ -16,7 +16,16 @@ from roleagent.methods.role_agent.aiw.sampler import TaskSampler
 from roleagent.methods.role_agent.config import AIWConfig
 
 __all__ = [
-    "AIWConfig", "AgentInWorld", "BM25Index", "FailureMemory", "FailureMode",
-    "FailureRecord", "Reflection", "Retriever", "TaskSampler",
-    "parse_reflection", "parse_selection", "rule_reflection",
+    "AIWConfig",
+    "AgentInWorld",
+    "BM25Index",
+    "FailureMemory",
+    "FailureMode",
+    "FailureRecord",
+    "Reflection",
+    "Retriever",
+    "TaskSampler",
+    "parse_reflection",
+    "parse_selection",
+    "rule_reflection",
 ]

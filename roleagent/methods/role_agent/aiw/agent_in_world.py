@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -74,28 +75,54 @@ Generate = Callable[[list[Messages]], list[str]]
 Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
 
 
+#: Keys of the metrics dict that :meth:`AgentInWorld.process_failures` returns.
+_METRICS = (
+    "n_trajectories", "n_failed_train", "n_failures", "n_rejected_non_train", "n_unknown_task",
+    "n_crashed", "n_over_cap", "n_parse_fallback", "n_partial", "n_type_mapped", "n_type_other",
+    "n_rule", "n_heuristic", "n_retrieval_queries", "n_retrieval_fallback", "n_candidates_mean",
+    "n_retrieved", "n_boosts", "time_analysis_s", "time_retrieval_s",
+)  # fmt: skip
+
 
 class AgentInWorld:
     """Failure analysis → failure memory → retrieval → task distribution."""
 
-    def __init__(self, config: AIWConfig, train_task_ids: Sequence[str], run_dir: str | Path,
-                 taxonomy: Sequence[str] = (), *,
-                 embedder: Callable[[Sequence[str]], np.ndarray] | None = None):
+    def __init__(
+        self,
+        config: AIWConfig,
+        train_task_ids: Sequence[str],
+        run_dir: str | Path,
+        taxonomy: Sequence[str] = (),
+        *,
+        embedder: Callable[[Sequence[str]], np.ndarray] | None = None,
+    ):
         config.validate()
         self.config = config
         self.taxonomy = tuple(taxonomy)
         self.run_dir = Path(run_dir)
-        self.sampler = TaskSampler(train_task_ids, decay=config.decay, floor=config.floor,
-                                   cap=config.cap, replace=config.replace)
+        self.sampler = TaskSampler(
+            train_task_ids, decay=config.decay, floor=config.floor, cap=config.cap, replace=config.replace
+        )
         self.memory = FailureMemory(self.run_dir / config.memory_file, self.taxonomy)
-        self.retriever = Retriever(self.memory, config.retriever,
-                                   max_candidates=config.candidates, top_k=config.top_k,
-                                   prefilter=config.prefilter, k1=config.bm25_k1,
-                                   b=config.bm25_b, embedder=embedder)
+        self.retriever = Retriever(
+            self.memory,
+            config.retriever,
+            max_candidates=config.candidates,
+            top_k=config.top_k,
+            prefilter=config.prefilter,
+            k1=config.bm25_k1,
+            b=config.bm25_b,
+            embedder=embedder,
+        )
         self.last_iteration: int | None = None
         self.counters: dict[str, int] = {
-            "failures": 0, "rejected_non_train": 0, "parse_fallback": 0,
-            "type_mapped": 0, "type_other": 0, "retrieval_fallback": 0, "retrieved": 0,
+            "failures": 0,
+            "rejected_non_train": 0,
+            "parse_fallback": 0,
+            "type_mapped": 0,
+            "type_other": 0,
+            "retrieval_fallback": 0,
+            "retrieved": 0,
         }
 
     # ------------------------------------------------------------- sampling ----------
@@ -106,10 +133,15 @@ class AgentInWorld:
 
     # ------------------------------------------------------------- failures ----------
 
-    def process_failures(self, trajectories: Sequence[Trajectory], *, iteration: int,
-                         generate: Generate | None = None,
-                         diagnose: Diagnose | None = None,
-                         retrieval_generate: Generate | None = None) -> dict[str, float]:
+    def process_failures(
+        self,
+        trajectories: Sequence[Trajectory],
+        *,
+        iteration: int,
+        generate: Generate | None = None,
+        diagnose: Diagnose | None = None,
+        retrieval_generate: Generate | None = None,
+    ) -> dict[str, float]:
         """Analyse this iteration's failed training trajectories and reshape p_𝒟.
 
         ``generate``: batched chat completion (list of message lists → list of strings),
@@ -120,24 +152,20 @@ class AgentInWorld:
         t_start = time.perf_counter()
         cfg = self.config
         if self.last_iteration is not None and iteration <= self.last_iteration:
-            raise ValueError(f"process_failures(iteration={iteration}) after iteration "
-                             f"{self.last_iteration}: call it once per iteration, increasing")
-        m: dict[str, float] = {
-            "n_trajectories": float(len(trajectories)), "n_failed_train": 0.0,
-            "n_failures": 0.0, "n_rejected_non_train": 0.0, "n_unknown_task": 0.0,
-            "n_crashed": 0.0, "n_over_cap": 0.0, "n_parse_fallback": 0.0,
-            "n_partial": 0.0, "n_type_mapped": 0.0, "n_type_other": 0.0,
-            "n_rule": 0.0, "n_heuristic": 0.0, "n_retrieval_queries": 0.0,
-            "n_retrieval_fallback": 0.0,
-            "n_candidates_mean": 0.0, "n_retrieved": 0.0, "n_boosts": 0.0,
-            "time_analysis_s": 0.0, "time_retrieval_s": 0.0,
-        }
+            raise ValueError(
+                f"process_failures(iteration={iteration}) after iteration "
+                f"{self.last_iteration}: call it once per iteration, increasing"
+            )
+        m = dict.fromkeys(_METRICS, 0.0)
+        m["n_trajectories"] = float(len(trajectories))
 
         failed = self._failed_training(trajectories, m)
         if m["n_rejected_non_train"]:
             self.counters["rejected_non_train"] += int(m["n_rejected_non_train"])
-            log.warning("AIW: %d non-training trajectories passed to process_failures were "
-                        "ignored", int(m["n_rejected_non_train"]))
+            log.warning(
+                "AIW: %d non-training trajectories passed to process_failures were ignored",
+                int(m["n_rejected_non_train"]),
+            )
 
         chosen = _round_robin(failed, cfg.max_failures_per_iter) if cfg.enabled else []
         m["n_over_cap"] = float(len(failed) - len(chosen)) if cfg.enabled else 0.0
@@ -147,38 +175,54 @@ class AgentInWorld:
         reflections, raws = self._analyse(chosen, generate, diagnose, m)
         m["time_analysis_s"] = time.perf_counter() - t0
 
-        # 2–4 form one transaction: an exception (e.g. from ``generate``) rolls the
-        # memory back, leaves the sampler untouched, and the iteration can be retried.
+        new, selections = self._file_and_retrieve(
+            chosen, reflections, raws, iteration, retrieval_generate or generate, m
+        )
+        self._reweight(new, selections, m)
+        self.last_iteration = int(iteration)
+        m["time_s"] = time.perf_counter() - t_start
+        return m
+
+    def _file_and_retrieve(
+        self,
+        chosen: list[Trajectory],
+        reflections: list[Reflection],
+        raws: list[str | None],
+        iteration: int,
+        generate: Generate | None,
+        m: dict[str, float],
+    ) -> tuple[list[tuple[int, Trajectory, Reflection]], list[list[Any]]]:
+        """Steps 2–4 as one transaction: file the reflections, retrieve similar tasks, record
+        the picks. An exception (e.g. from ``generate``) rolls the memory back and leaves the
+        sampler untouched, so the iteration can be retried."""
         try:
-            # 2. memory -----------------------------------------------------------
             new: list[tuple[int, Trajectory, Reflection]] = []
             for traj, ref, raw in zip(chosen, reflections, raws):
                 fid = self.memory.add_failure(
-                    traj.task.id, iteration, ref, trajectory_summary=trajectory_summary(traj),
-                    task_text=task_instruction(traj, 300), raw_output=raw)
+                    traj.task.id,
+                    iteration,
+                    ref,
+                    trajectory_summary=trajectory_summary(traj),
+                    task_text=task_instruction(traj, 300),
+                    raw_output=raw,
+                )
                 new.append((fid, traj, ref))
             self.retriever.sync()  # same connection: sees the uncommitted rows
             m["n_failures"] = float(len(new))
 
-            # 3. retriever --------------------------------------------------------
             t0 = time.perf_counter()
-            selections = self._retrieve(new, retrieval_generate or generate, m)
+            selections = self._retrieve(new, generate, m)
             m["time_retrieval_s"] = time.perf_counter() - t0
 
             method = "llm" if self.retriever.uses_llm else self.retriever.mode
             for (fid, _traj, _ref), chosen_cands in zip(new, selections):
-                self.memory.add_retrievals(
-                    fid, iteration, [(c.task_id, c.failure_id) for c in chosen_cands], method)
+                self.memory.add_retrievals(fid, iteration, [(c.task_id, c.failure_id) for c in chosen_cands], method)
             self.memory.commit()
         except BaseException:
             self.memory.rollback()
             self.retriever.reset()
             raise
-
-        self._reweight(new, selections, m)
-        self.last_iteration = int(iteration)
-        m["time_s"] = time.perf_counter() - t_start
-        return m
+        return new, selections
 
     def _failed_training(self, trajectories: Sequence[Trajectory], m: dict[str, float]) -> list[Trajectory]:
         """The failed, finished training trajectories of tasks the sampler knows; the rest
@@ -200,8 +244,9 @@ class AgentInWorld:
         m["n_failed_train"] = float(len(failed))
         return failed
 
-    def _reweight(self, new: list[tuple[int, Trajectory, Reflection]], selections: list[list[Any]],
-                  m: dict[str, float]) -> None:
+    def _reweight(
+        self, new: list[tuple[int, Trajectory, Reflection]], selections: list[list[Any]], m: dict[str, float]
+    ) -> None:
         """After the commit: decay old boosts, boost this iteration's retrievals, count."""
         cfg = self.config
         self.sampler.decay()
@@ -215,10 +260,14 @@ class AgentInWorld:
                 m["n_boosts"] += self.sampler.boost([traj.task.id], cfg.self_boost)
         m["n_retrieved"] = float(len(set(boosted)))
 
-        for key, mk in (("failures", "n_failures"), ("parse_fallback", "n_parse_fallback"),
-                        ("type_mapped", "n_type_mapped"), ("type_other", "n_type_other"),
-                        ("retrieval_fallback", "n_retrieval_fallback"),
-                        ("retrieved", "n_retrieved")):
+        for key, mk in (
+            ("failures", "n_failures"),
+            ("parse_fallback", "n_parse_fallback"),
+            ("type_mapped", "n_type_mapped"),
+            ("type_other", "n_type_other"),
+            ("retrieval_fallback", "n_retrieval_fallback"),
+            ("retrieved", "n_retrieved"),
+        ):
             self.counters[key] += int(m[mk])
         m["sampler_entropy"] = self.sampler.entropy()
         m["sampler_max_ratio"] = float(self.sampler.probabilities().max() * len(self.sampler))
@@ -227,9 +276,9 @@ class AgentInWorld:
         m["memory_failures"] = float(len(self.retriever))
         m["memory_modes"] = float(len(self.memory.modes()))
 
-    def _analyse(self, trajs: list[Trajectory], generate: Generate | None,
-                 diagnose: Diagnose | None, m: dict[str, float]
-                 ) -> tuple[list[Reflection], list[str]]:
+    def _analyse(
+        self, trajs: list[Trajectory], generate: Generate | None, diagnose: Diagnose | None, m: dict[str, float]
+    ) -> tuple[list[Reflection], list[str]]:
         cfg = self.config
         if not trajs:
             return [], []
@@ -238,12 +287,10 @@ class AgentInWorld:
         if cfg.analyst in ("policy", "llm"):
             if generate is None:
                 raise ValueError(f"aiw.analyst={cfg.analyst!r} needs a generate callable")
-            prompts = [analysis_messages(t, self.taxonomy, cfg.analysis_chars,
-                                         cfg.observation_chars) for t in trajs]
+            prompts = [analysis_messages(t, self.taxonomy, cfg.analysis_chars, cfg.observation_chars) for t in trajs]
             outputs = list(generate(prompts))
             if len(outputs) != len(prompts):
-                raise ValueError(f"generate returned {len(outputs)} answers for "
-                                 f"{len(prompts)} prompts")
+                raise ValueError(f"generate returned {len(outputs)} answers for {len(prompts)} prompts")
             raws = [str(o or "") for o in outputs]
             parsed = [parse_reflection(o, self.taxonomy, source=cfg.analyst) for o in raws]
         out: list[Reflection] = []
@@ -270,24 +317,22 @@ class AgentInWorld:
             out.append(ref)
         return out, raws
 
-    def _retrieve(self, new: list[tuple[int, Trajectory, Reflection]],
-                  generate: Generate | None, m: dict[str, float]) -> list[list[Any]]:
-        cand_lists = [self.retriever.candidates(ref, exclude_task=traj.task.id)
-                      for _fid, traj, ref in new]
+    def _retrieve(
+        self, new: list[tuple[int, Trajectory, Reflection]], generate: Generate | None, m: dict[str, float]
+    ) -> list[list[Any]]:
+        cand_lists = [self.retriever.candidates(ref, exclude_task=traj.task.id) for _fid, traj, ref in new]
         if cand_lists:
             m["n_candidates_mean"] = float(np.mean([len(c) for c in cand_lists]))
         answers: list[str | None] = [None] * len(new)
         if self.retriever.uses_llm:
             asked = [i for i, c in enumerate(cand_lists) if c]
             if asked and generate is None:
-                raise ValueError(f"aiw.retriever={self.config.retriever!r} needs a "
-                                 "generate callable")
+                raise ValueError(f"aiw.retriever={self.config.retriever!r} needs a generate callable")
             if asked:
                 prompts = [self.retriever.messages(new[i][2], cand_lists[i]) for i in asked]
                 outputs = list(generate(prompts))
                 if len(outputs) != len(prompts):
-                    raise ValueError(f"generate returned {len(outputs)} answers for "
-                                     f"{len(prompts)} prompts")
+                    raise ValueError(f"generate returned {len(outputs)} answers for {len(prompts)} prompts")
                 for i, out in zip(asked, outputs):
                     answers[i] = str(out or "")
                 m["n_retrieval_queries"] = float(len(asked))
@@ -305,9 +350,14 @@ class AgentInWorld:
         """Sampler weights, counters and the last processed iteration (JSON-able). The
         memory itself lives in SQLite, committed every iteration; the state keeps its row
         counts and digest (:meth:`FailureMemory.record`) to check it against on resume."""
-        return {"version": 1, "sampler": self.sampler.state_dict(),
-                "counters": dict(self.counters), "last_iteration": self.last_iteration,
-                "config": asdict(self.config), "memory": self.memory.record()}
+        return {
+            "version": 1,
+            "sampler": self.sampler.state_dict(),
+            "counters": dict(self.counters),
+            "last_iteration": self.last_iteration,
+            "config": asdict(self.config),
+            "memory": self.memory.record(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint. Memory rows written after the checkpoint's iteration
@@ -317,11 +367,20 @@ class AgentInWorld:
         # The running config is authoritative for the schedule; the weights come from
         # the checkpoint.
         cfg = self.config
-        if (self.sampler.decay_rate, self.sampler.floor, self.sampler.cap,
-                self.sampler.replace) != (cfg.decay, cfg.floor, cfg.cap, cfg.replace):
-            log.warning("AIW: sampler settings differ from the checkpoint's; using the "
-                        "current config (decay=%s floor=%s cap=%s replace=%s)",
-                        cfg.decay, cfg.floor, cfg.cap, cfg.replace)
+        if (self.sampler.decay_rate, self.sampler.floor, self.sampler.cap, self.sampler.replace) != (
+            cfg.decay,
+            cfg.floor,
+            cfg.cap,
+            cfg.replace,
+        ):
+            log.warning(
+                "AIW: sampler settings differ from the checkpoint's; using the "
+                "current config (decay=%s floor=%s cap=%s replace=%s)",
+                cfg.decay,
+                cfg.floor,
+                cfg.cap,
+                cfg.replace,
+            )
         self.sampler.decay_rate, self.sampler.floor = cfg.decay, cfg.floor
         self.sampler.cap, self.sampler.replace = cfg.cap, cfg.replace
         self.counters.update({k: int(v) for k, v in state.get("counters", {}).items()})
@@ -338,9 +397,13 @@ class AgentInWorld:
         """Forget everything (a run restarting at iteration 0 before its first checkpoint):
         empty memory, uniform sampler, zero counters."""
         self.memory.truncate_after(-1)
-        self.sampler = TaskSampler(self.sampler.task_ids, decay=self.config.decay,
-                                   floor=self.config.floor, cap=self.config.cap,
-                                   replace=self.config.replace)
+        self.sampler = TaskSampler(
+            self.sampler.task_ids,
+            decay=self.config.decay,
+            floor=self.config.floor,
+            cap=self.config.cap,
+            replace=self.config.replace,
+        )
         self.counters = dict.fromkeys(self.counters, 0)
         self.last_iteration = None
         self.retriever.reset()
@@ -348,7 +411,7 @@ class AgentInWorld:
     def close(self) -> None:
         self.memory.close()
 
-    def __enter__(self) -> "AgentInWorld":
+    def __enter__(self) -> AgentInWorld:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -13,25 +13,27 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from roleagent.methods.role_agent.aiw.memory import FailureMemory
 
 
-def failure_mode_series(source: FailureMemory | Mapping[int, Mapping[str, int]],
-                        cumulative: bool = True
-                        ) -> tuple[list[int], dict[str, np.ndarray]]:
+def failure_mode_series(
+    source: FailureMemory | Mapping[int, Mapping[str, int]], cumulative: bool = True
+) -> tuple[list[int], dict[str, np.ndarray]]:
     """``(iterations, {mode: counts})``: one count per listed iteration (cumulative by
     default, as Figure 4 plots), modes ordered by their final total, largest first."""
-    per_iter = (source.count_by_type_per_iteration() if isinstance(source, FailureMemory)
-                else {int(k): dict(v) for k, v in source.items()})
+    per_iter = (
+        source.count_by_type_per_iteration()
+        if isinstance(source, FailureMemory)
+        else {int(k): dict(v) for k, v in source.items()}
+    )
     iterations = sorted(per_iter)
     modes = sorted({label for counts in per_iter.values() for label in counts})
-    series = {label: np.asarray([per_iter[it].get(label, 0) for it in iterations],
-                                dtype=np.int64) for label in modes}
+    series = {label: np.asarray([per_iter[it].get(label, 0) for it in iterations], dtype=np.int64) for label in modes}
     totals = {k: int(v.sum()) for k, v in series.items()}
     if cumulative:
         series = {k: np.cumsum(v) for k, v in series.items()}
@@ -39,9 +41,9 @@ def failure_mode_series(source: FailureMemory | Mapping[int, Mapping[str, int]],
     return iterations, {k: series[k] for k in order}
 
 
-def plot_failure_modes(source: FailureMemory | Mapping[int, Mapping[str, int]],
-                       path: str | Path, title: str = "Failure mode evolution"
-                       ) -> Path | None:
+def plot_failure_modes(
+    source: FailureMemory | Mapping[int, Mapping[str, int]], path: str | Path, title: str = "Failure mode evolution"
+) -> Path | None:
     """Stacked cumulative failure counts per mode over iterations → PNG at ``path``.
 
     Returns the path, or None (with a printed message) when matplotlib is missing or
@@ -53,8 +55,7 @@ def plot_failure_modes(source: FailureMemory | Mapping[int, Mapping[str, int]],
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("plot_failure_modes: matplotlib is not installed (pip install matplotlib); "
-              "skipping the plot")
+        print("plot_failure_modes: matplotlib is not installed (pip install matplotlib); skipping the plot")
         return None
     iterations, series = failure_mode_series(source, cumulative=True)
     if not iterations:
@@ -63,8 +64,7 @@ def plot_failure_modes(source: FailureMemory | Mapping[int, Mapping[str, int]],
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.stackplot(iterations, *series.values(),
-                 labels=[k.replace("_", " ") for k in series])
+    ax.stackplot(iterations, *series.values(), labels=[k.replace("_", " ") for k in series])
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -78,8 +78,7 @@ def plot_failure_modes(source: FailureMemory | Mapping[int, Mapping[str, int]],
     return path
 
 
-def point_biserial(scores: Sequence[float], outcomes: Sequence[float | bool]
-                   ) -> tuple[float, float | None]:
+def point_biserial(scores: Sequence[float], outcomes: Sequence[float | bool]) -> tuple[float, float | None]:
     """Point-biserial correlation ``r_pb`` of ``scores`` with binary ``outcomes`` and its
     two-sided p-value (t-test with n − 2 degrees of freedom).
 
@@ -103,7 +102,7 @@ def point_biserial(scores: Sequence[float], outcomes: Sequence[float | bool]
     s = float(x.std())
     if n1 == 0 or n0 == 0 or s == 0.0:
         return float("nan"), float("nan")
-    r = (x[y == 1].mean() - x[y == 0].mean()) / s * math.sqrt(n1 * n0 / n ** 2)
+    r = (x[y == 1].mean() - x[y == 0].mean()) / s * math.sqrt(n1 * n0 / n**2)
     r = float(np.clip(r, -1.0, 1.0))
     df = n - 2
     if df <= 0:

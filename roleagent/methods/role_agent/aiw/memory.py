@@ -34,9 +34,10 @@ import hashlib
 import json
 import sqlite3
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from roleagent.methods.role_agent.aiw.reflection import Reflection
 
@@ -85,10 +86,24 @@ CREATE TABLE IF NOT EXISTS retrievals (
 CREATE INDEX IF NOT EXISTS retrievals_iter ON retrievals(iteration);
 """
 
-FAILURE_COLUMNS = ("id", "task_id", "iteration", "dominant_type", "detail", "critical_step",
-                   "core_lesson", "retrieval_query", "source", "trajectory_summary",
-                   "mode_id", "created", "task_text", "raw_output", "parsed_ok",
-                   "type_status")
+FAILURE_COLUMNS = (
+    "id",
+    "task_id",
+    "iteration",
+    "dominant_type",
+    "detail",
+    "critical_step",
+    "core_lesson",
+    "retrieval_query",
+    "source",
+    "trajectory_summary",
+    "mode_id",
+    "created",
+    "task_text",
+    "raw_output",
+    "parsed_ok",
+    "type_status",
+)
 
 # What :meth:`FailureMemory.record` digests: every column but the wall-clock ``created``.
 _RECORD_COLUMNS = {
@@ -128,10 +143,16 @@ class FailureRecord:
     type_status: str
 
     def reflection(self) -> Reflection:
-        return Reflection(dominant_type=self.dominant_type, detail=self.detail,
-                          critical_step=self.critical_step, core_lesson=self.core_lesson,
-                          retrieval_query=self.retrieval_query, source=self.source,
-                          parsed_ok=self.parsed_ok, type_status=self.type_status)
+        return Reflection(
+            dominant_type=self.dominant_type,
+            detail=self.detail,
+            critical_step=self.critical_step,
+            core_lesson=self.core_lesson,
+            retrieval_query=self.retrieval_query,
+            source=self.source,
+            parsed_ok=self.parsed_ok,
+            type_status=self.type_status,
+        )
 
     def document(self) -> str:
         """What BM25 / embeddings index: the reflection and its retrieval query.
@@ -139,8 +160,9 @@ class FailureRecord:
         The task text is left out on purpose: AIW retrieves by error pattern, not by task
         text (§3.3: "Compared with ... task-text retrieval").
         """
-        return " ".join(x for x in (self.dominant_type.replace("_", " "), self.detail,
-                                    self.core_lesson, self.retrieval_query) if x)
+        return " ".join(
+            x for x in (self.dominant_type.replace("_", " "), self.detail, self.core_lesson, self.retrieval_query) if x
+        )
 
 
 class MemoryDamaged(RuntimeError):
@@ -161,34 +183,39 @@ class FailureMemory:
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(_SCHEMA)
-            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                               (str(SCHEMA_VERSION),))
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             if taxonomy:
-                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('taxonomy', ?)",
-                                   (json.dumps(list(taxonomy)),))
+                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('taxonomy', ?)", (json.dumps(list(taxonomy)),))
             self._conn.commit()
         except sqlite3.DatabaseError as error:
             raise MemoryDamaged(f"{self.path}: failure memory unreadable ({error})") from error
         version = int(self.meta("schema_version") or SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path}: failure memory schema {version}, "
-                               f"this code reads {SCHEMA_VERSION}")
+            raise RuntimeError(f"{self.path}: failure memory schema {version}, this code reads {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------ writing ----------
 
-    def add_failure(self, task_id: str, iteration: int, reflection: Reflection, *,
-                    trajectory_summary: str = "", task_text: str = "",
-                    raw_output: str = "") -> int:
+    def add_failure(
+        self,
+        task_id: str,
+        iteration: int,
+        reflection: Reflection,
+        *,
+        trajectory_summary: str = "",
+        task_text: str = "",
+        raw_output: str = "",
+    ) -> int:
         """File one failure under its mode (created on first use). Not committed yet."""
         cur = self._conn.cursor()
-        row = cur.execute("SELECT id FROM failure_modes WHERE dominant_type = ?",
-                          (reflection.dominant_type,)).fetchone()
+        row = cur.execute(
+            "SELECT id FROM failure_modes WHERE dominant_type = ?", (reflection.dominant_type,)
+        ).fetchone()
         if row is None:
             cur.execute(
                 "INSERT INTO failure_modes (dominant_type, description, first_iteration, "
                 "last_iteration, count) VALUES (?, ?, ?, ?, 0)",
-                (reflection.dominant_type, reflection.core_lesson or reflection.detail,
-                 iteration, iteration))
+                (reflection.dominant_type, reflection.core_lesson or reflection.detail, iteration, iteration),
+            )
             mode_id = int(cur.lastrowid)
         else:
             mode_id = int(row[0])
@@ -196,26 +223,42 @@ class FailureMemory:
             "UPDATE failure_modes SET count = count + 1, "
             "last_iteration = MAX(last_iteration, ?), "
             "first_iteration = MIN(first_iteration, ?) WHERE id = ?",
-            (iteration, iteration, mode_id))
+            (iteration, iteration, mode_id),
+        )
         cur.execute(
             "INSERT INTO failures (task_id, iteration, dominant_type, detail, critical_step,"
             " core_lesson, retrieval_query, source, trajectory_summary, mode_id, created,"
             " task_text, raw_output, parsed_ok, type_status)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (task_id, int(iteration), reflection.dominant_type, reflection.detail,
-             reflection.critical_step, reflection.core_lesson, reflection.retrieval_query,
-             reflection.source, trajectory_summary, mode_id, time.time(), task_text,
-             raw_output, int(reflection.parsed_ok), reflection.type_status))
+            (
+                task_id,
+                int(iteration),
+                reflection.dominant_type,
+                reflection.detail,
+                reflection.critical_step,
+                reflection.core_lesson,
+                reflection.retrieval_query,
+                reflection.source,
+                trajectory_summary,
+                mode_id,
+                time.time(),
+                task_text,
+                raw_output,
+                int(reflection.parsed_ok),
+                reflection.type_status,
+            ),
+        )
         return int(cur.lastrowid)
 
-    def add_retrievals(self, failure_id: int, iteration: int,
-                       rows: Iterable[tuple[str, int | None]], method: str) -> None:
+    def add_retrievals(
+        self, failure_id: int, iteration: int, rows: Iterable[tuple[str, int | None]], method: str
+    ) -> None:
         """Record which tasks were retrieved for a failure (rank order). Not committed."""
         self._conn.executemany(
             "INSERT INTO retrievals (failure_id, iteration, rank, task_id, "
             "candidate_failure_id, method) VALUES (?, ?, ?, ?, ?, ?)",
-            [(failure_id, iteration, rank, task_id, cand, method)
-             for rank, (task_id, cand) in enumerate(rows)])
+            [(failure_id, iteration, rank, task_id, cand, method) for rank, (task_id, cand) in enumerate(rows)],
+        )
 
     def commit(self) -> None:
         """Make everything written so far durable (called once per iteration)."""
@@ -230,22 +273,24 @@ class FailureMemory:
         and rewind the id counters, so rows written again get the ids an uninterrupted run
         gives them. Returns the number of failures removed. Commits."""
         cur = self._conn.cursor()
-        cur.execute("DELETE FROM retrievals WHERE iteration > ? OR failure_id IN "
-                    "(SELECT id FROM failures WHERE iteration > ?)", (iteration, iteration))
-        removed = cur.execute("DELETE FROM failures WHERE iteration > ?",
-                              (iteration,)).rowcount
-        cur.execute("DELETE FROM failure_modes WHERE id NOT IN "
-                    "(SELECT DISTINCT mode_id FROM failures)")
+        cur.execute(
+            "DELETE FROM retrievals WHERE iteration > ? OR failure_id IN (SELECT id FROM failures WHERE iteration > ?)",
+            (iteration, iteration),
+        )
+        removed = cur.execute("DELETE FROM failures WHERE iteration > ?", (iteration,)).rowcount
+        cur.execute("DELETE FROM failure_modes WHERE id NOT IN (SELECT DISTINCT mode_id FROM failures)")
         cur.execute(
             "UPDATE failure_modes SET "
             "count = (SELECT COUNT(*) FROM failures f WHERE f.mode_id = failure_modes.id),"
             "first_iteration = (SELECT MIN(iteration) FROM failures f "
             "  WHERE f.mode_id = failure_modes.id),"
             "last_iteration = (SELECT MAX(iteration) FROM failures f "
-            "  WHERE f.mode_id = failure_modes.id)")
+            "  WHERE f.mode_id = failure_modes.id)"
+        )
         for table in ("failures", "failure_modes", "retrievals"):
-            cur.execute(f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(id), 0) "
-                        f"FROM {table}) WHERE name = ?", (table,))
+            cur.execute(
+                f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(id), 0) FROM {table}) WHERE name = ?", (table,)
+            )
         self._conn.commit()
         return int(removed)
 
@@ -273,7 +318,8 @@ class FailureMemory:
                 f"{self.path} holds {now['rows']} rows, the checkpoint recorded {record['rows']}"
                 + (" (same counts, different content)" if now["rows"] == record["rows"] else "")
                 + ": the memory file or its -wal file was lost, replaced or damaged; restore it "
-                "(or start the run over in a new run_dir)")
+                "(or start the run over in a new run_dir)"
+            )
 
     # ------------------------------------------------------------ reading ----------
 
@@ -284,15 +330,16 @@ class FailureMemory:
     def modes(self) -> list[FailureMode]:
         rows = self._conn.execute(
             "SELECT id, dominant_type, description, first_iteration, last_iteration, count "
-            "FROM failure_modes ORDER BY count DESC, id").fetchall()
+            "FROM failure_modes ORDER BY count DESC, id"
+        ).fetchall()
         return [FailureMode(*r) for r in rows]
 
-    def failures(self, limit: int | None = None, *, after_id: int = 0,
-                 newest_first: bool = False) -> list[FailureRecord]:
+    def failures(
+        self, limit: int | None = None, *, after_id: int = 0, newest_first: bool = False
+    ) -> list[FailureRecord]:
         """Failure records with ``id > after_id``, oldest first (or newest first)."""
         order = "DESC" if newest_first else "ASC"
-        sql = (f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures WHERE id > ? "
-               f"ORDER BY id {order}")
+        sql = f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures WHERE id > ? ORDER BY id {order}"
         args: tuple[Any, ...] = (after_id,)
         if limit is not None:
             sql += " LIMIT ?"
@@ -304,8 +351,8 @@ class FailureMemory:
             return []
         marks = ",".join("?" * len(ids))
         rows = self._conn.execute(
-            f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures WHERE id IN ({marks})",
-            tuple(ids)).fetchall()
+            f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures WHERE id IN ({marks})", tuple(ids)
+        ).fetchall()
         by_id = {r[0]: self._record(r) for r in rows}
         return [by_id[i] for i in ids if i in by_id]
 
@@ -316,8 +363,9 @@ class FailureMemory:
         """``{iteration: {dominant_type: count}}`` (not cumulative; Figure 4 input)."""
         out: dict[int, dict[str, int]] = {}
         for it, label, n in self._conn.execute(
-                "SELECT iteration, dominant_type, COUNT(*) FROM failures "
-                "GROUP BY iteration, dominant_type ORDER BY iteration, dominant_type"):
+            "SELECT iteration, dominant_type, COUNT(*) FROM failures "
+            "GROUP BY iteration, dominant_type ORDER BY iteration, dominant_type"
+        ):
             out.setdefault(int(it), {})[label] = int(n)
         return out
 
@@ -325,18 +373,18 @@ class FailureMemory:
         """Distinct task ids filed under a mode, most frequent first."""
         rows = self._conn.execute(
             "SELECT task_id, COUNT(*) AS n, MIN(id) FROM failures WHERE mode_id = ? "
-            "GROUP BY task_id ORDER BY n DESC, MIN(id)", (mode_id,)).fetchall()
+            "GROUP BY task_id ORDER BY n DESC, MIN(id)",
+            (mode_id,),
+        ).fetchall()
         return [r[0] for r in rows]
 
     def retrievals(self, iteration: int | None = None) -> list[dict[str, Any]]:
-        sql = ("SELECT failure_id, iteration, rank, task_id, candidate_failure_id, method "
-               "FROM retrievals")
+        sql = "SELECT failure_id, iteration, rank, task_id, candidate_failure_id, method FROM retrievals"
         args: tuple[Any, ...] = ()
         if iteration is not None:
             sql += " WHERE iteration = ?"
             args = (iteration,)
-        keys = ("failure_id", "iteration", "rank", "task_id", "candidate_failure_id",
-                "method")
+        keys = ("failure_id", "iteration", "rank", "task_id", "candidate_failure_id", "method")
         return [dict(zip(keys, r)) for r in self._conn.execute(sql + " ORDER BY id", args)]
 
     @staticmethod
@@ -351,7 +399,7 @@ class FailureMemory:
         finally:
             self._conn.close()
 
-    def __enter__(self) -> "FailureMemory":
+    def __enter__(self) -> FailureMemory:
         return self
 
     def __exit__(self, *exc: Any) -> None:

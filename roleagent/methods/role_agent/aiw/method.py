@@ -35,8 +35,9 @@ class AgentInWorldMethod(Method):
 
     def __init__(self, context, config):
         super().__init__(context, config)
-        self.aiw = AgentInWorld(config, [t.id for t in context.train_tasks], context.run_dir,
-                                context.pool.meta.failure_taxonomy)
+        self.aiw = AgentInWorld(
+            config, [t.id for t in context.train_tasks], context.run_dir, context.pool.meta.failure_taxonomy
+        )
 
     def task_source(self) -> WeightedTaskSource:
         return WeightedTaskSource(self.aiw, self.context.train_tasks)
@@ -44,10 +45,14 @@ class AgentInWorldMethod(Method):
     def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
         cfg, chat = self.config, self.context.chat
         return self.aiw.process_failures(
-            trajectories, iteration=iteration, diagnose=self.context.pool.diagnose,
-            generate=lambda c: chat(c, max_new_tokens=cfg.analysis_max_new_tokens,
-                                    temperature=cfg.reflection_temperature),
-            retrieval_generate=lambda c: chat(c, max_new_tokens=cfg.retrieval_max_new_tokens))
+            trajectories,
+            iteration=iteration,
+            diagnose=self.context.pool.diagnose,
+            generate=lambda c: chat(
+                c, max_new_tokens=cfg.analysis_max_new_tokens, temperature=cfg.reflection_temperature
+            ),
+            retrieval_generate=lambda c: chat(c, max_new_tokens=cfg.retrieval_max_new_tokens),
+        )
 
     def start_fresh(self) -> None:
         self.aiw.reset()

@@ -25,15 +25,14 @@ Deviations from the paper's templates, on purpose:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from roleagent.types import Trajectory
 
 Messages = list[dict[str, str]]
 
 ANALYST_SYSTEM = (
-    "You are an expert AI trainer specializing in diagnosing why AI agents fail at "
-    "multi-step reasoning tasks."
+    "You are an expert AI trainer specializing in diagnosing why AI agents fail at multi-step reasoning tasks."
 )
 
 # Figure 8, verbatim apart from the taxonomy section and whitespace.
@@ -118,14 +117,16 @@ def task_instruction(trajectory: Trajectory, limit: int = 600) -> str:
     return _clip(str(instruction), limit)
 
 
-def _step_block(index: int, observation: str, action: str, obs_chars: int,
-                act_chars: int) -> str:
-    return (f'OBSERVATION (step {index}) "{_clip(observation, obs_chars)}"\n'
-            f'AGENT_ACTION (step {index}) "{_clip(action, act_chars)}"')
+def _step_block(index: int, observation: str, action: str, obs_chars: int, act_chars: int) -> str:
+    return (
+        f'OBSERVATION (step {index}) "{_clip(observation, obs_chars)}"\n'
+        f'AGENT_ACTION (step {index}) "{_clip(action, act_chars)}"'
+    )
 
 
-def render_trajectory(trajectory: Trajectory, budget_chars: int = 3000,
-                      obs_chars: int = 400, act_chars: int = 200) -> str:
+def render_trajectory(
+    trajectory: Trajectory, budget_chars: int = 3000, obs_chars: int = 400, act_chars: int = 200
+) -> str:
     """Figure-10-style text of the episode, at most about ``budget_chars`` characters.
 
     Every step is ``OBSERVATION (step t)`` + ``AGENT_ACTION (step t)`` (1-based ``t``,
@@ -178,8 +179,9 @@ def render_trajectory(trajectory: Trajectory, budget_chars: int = 3000,
     return body + ("\n" + tail if tail else "")
 
 
-def analysis_messages(trajectory: Trajectory, taxonomy: Sequence[str],
-                      budget_chars: int = 3000, obs_chars: int = 400) -> Messages:
+def analysis_messages(
+    trajectory: Trajectory, taxonomy: Sequence[str], budget_chars: int = 3000, obs_chars: int = 400
+) -> Messages:
     """Figure 8 as chat messages for one failed trajectory."""
     labels = ", ".join(taxonomy) if taxonomy else "a short snake_case label of your choice"
     if taxonomy and "other" not in taxonomy:
@@ -189,24 +191,25 @@ def analysis_messages(trajectory: Trajectory, taxonomy: Sequence[str],
         trajectory_description=render_trajectory(trajectory, budget_chars, obs_chars),
         taxonomy=labels,
     )
-    return [{"role": "system", "content": ANALYST_SYSTEM},
-            {"role": "user", "content": content}]
+    return [{"role": "system", "content": ANALYST_SYSTEM}, {"role": "user", "content": content}]
 
 
-def retrieval_messages(error_pattern: str, candidates: Sequence[tuple[str, str]],
-                       max_select: int = 3, entry_chars: int = 300) -> Messages:
+def retrieval_messages(
+    error_pattern: str, candidates: Sequence[tuple[str, str]], max_select: int = 3, entry_chars: int = 300
+) -> Messages:
     """Figure 9 as chat messages.
 
     ``candidates`` are ``(task_text, reflection_text)`` pairs, shown as ``[1]``..``[K]``.
     """
     lines = []
     for i, (task_text, reflection_text) in enumerate(candidates, start=1):
-        lines.append(f'[{i}] "TASK": "{_clip(task_text, entry_chars // 2)}", '
-                     f'"REFLECTION": "{_clip(reflection_text, entry_chars)}"')
+        lines.append(
+            f'[{i}] "TASK": "{_clip(task_text, entry_chars // 2)}", '
+            f'"REFLECTION": "{_clip(reflection_text, entry_chars)}"'
+        )
     content = RETRIEVAL_TEMPLATE.format(
         error_pattern=error_pattern,
         candidates_text="\n".join(lines) if lines else "(none)",
         max_select=max_select,
     )
-    return [{"role": "system", "content": RETRIEVER_SYSTEM},
-            {"role": "user", "content": content}]
+    return [{"role": "system", "content": RETRIEVER_SYSTEM}, {"role": "user", "content": content}]

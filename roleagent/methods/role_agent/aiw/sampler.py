@@ -25,14 +25,23 @@ typo) is ignored and counted in ``n_unknown_ignored`` (``strict=True`` raises in
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 
 class TaskSampler:
-    def __init__(self, task_ids: Sequence[str], *, decay: float = 0.9, floor: float = 0.2,
-                 cap: float = 5.0, replace: bool = False, strict: bool = False):
+    def __init__(
+        self,
+        task_ids: Sequence[str],
+        *,
+        decay: float = 0.9,
+        floor: float = 0.2,
+        cap: float = 5.0,
+        replace: bool = False,
+        strict: bool = False,
+    ):
         ids = [str(t) for t in task_ids]
         if not ids:
             raise ValueError("TaskSampler needs at least one training task id")
@@ -118,8 +127,9 @@ class TaskSampler:
             idx = np.minimum(idx, len(p) - 1)
         else:
             if n > len(p):
-                raise ValueError(f"cannot draw {n} distinct tasks from {len(p)} training "
-                                 "tasks; use replace=True or a smaller batch")
+                raise ValueError(
+                    f"cannot draw {n} distinct tasks from {len(p)} training tasks; use replace=True or a smaller batch"
+                )
             # Gumbel-top-k: keys log p_i + G_i, take the n largest (stable on ties).
             u = rng.random(len(p))
             with np.errstate(divide="ignore"):
@@ -137,9 +147,12 @@ class TaskSampler:
         return {
             "task_ids": list(self.task_ids),
             "weights": [float(w) for w in self.weights],
-            "decay": self.decay_rate, "floor": self.floor, "cap": self.cap,
+            "decay": self.decay_rate,
+            "floor": self.floor,
+            "cap": self.cap,
             "replace": self.replace,
-            "n_boosts": self.n_boosts, "n_unknown_ignored": self.n_unknown_ignored,
+            "n_boosts": self.n_boosts,
+            "n_unknown_ignored": self.n_unknown_ignored,
             "n_decays": self.n_decays,
             "last_batch_share": self.last_batch_share,
             "last_batch_boosted": self.last_batch_boosted,
@@ -151,8 +164,7 @@ class TaskSampler:
         if set(saved) != set(self.task_ids) or len(saved) != len(self.task_ids):
             missing = len(set(self.task_ids) - set(saved))
             extra = len(set(saved) - set(self.task_ids))
-            raise ValueError(f"sampler state is for a different training set "
-                             f"({missing} ids missing, {extra} unknown)")
+            raise ValueError(f"sampler state is for a different training set ({missing} ids missing, {extra} unknown)")
         by_id = dict(zip(saved, state["weights"]))
         self.weights = np.asarray([float(by_id[t]) for t in self.task_ids], dtype=np.float64)
         self.decay_rate = float(state.get("decay", self.decay_rate))
