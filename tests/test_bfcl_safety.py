@@ -283,7 +283,7 @@ def test_file_system_growth_and_observation_are_bounded():
             assert not reply.crashed and len(reply.observation) <= limit + 100
             kinds += [c["error_kind"] for c in reply.info["calls"]]
         fs = pool._slots[0].env.episode.model.instances["GorillaFileSystem"]
-        from roleagent.envs.bfcl.executor import MAX_STATE_ITEMS, state_size  # noqa: PLC0415
+        from roleagent.envs.bfcl.limits import MAX_STATE_ITEMS, state_size  # noqa: PLC0415
 
         assert state_size(fs, 10**7, 10**9)[0] <= 2 * MAX_STATE_ITEMS
     assert "resource_limit" in kinds

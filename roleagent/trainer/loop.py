@@ -25,11 +25,9 @@ again. One trainer at a time holds ``run_dir/.lock``.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,31 +38,29 @@ from tqdm.auto import tqdm
 from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import EnvPool
-from roleagent.evaluation import crashed_count, format_table, panel, replay_crashed, success_by_type
+from roleagent.evaluation import crashed_count, panel, replay_crashed, success_by_type
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import load_policy
 from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records, zero_variance_fraction
 from roleagent.trainer.checkpoint import (
-    CheckpointError,
     LoadedCheckpoint,
     RunDirLock,
     apply_checkpoint,
-    checkpoint_candidates,
     find_checkpoint,
     mark_finished,
     save_checkpoint,
 )
 from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
+from roleagent.trainer.run_files import (
+    EvalResult,
+    dump_trajectories,
+    log_line,
+    prepare_run_files,
+    write_run_summary,
+)
 from roleagent.trainer.stages import EnvironmentReward, PPOObjective, RolloutCollector, UniformTaskSource
 from roleagent.types import Task, Trajectory
-
-
-@dataclass
-class EvalResult:
-    label: str
-    trajectories: list[Trajectory]
-    table: dict[str, float] = field(default_factory=dict)
 
 
 class Trainer:
@@ -195,7 +191,15 @@ class Trainer:
                 "evaluation written); nothing to do"
             )
             return self.evals
-        self._prepare_files()
+        prepare_run_files(
+            self.metrics,
+            self.methods,
+            cfg,
+            start_iteration=self.start_iteration,
+            position=self._metrics_position,
+            resume=self.resume,
+            quiet=self.quiet,
+        )
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if self.start_iteration == 0 and cfg.eval.at_start:
             self.evaluate("before")
@@ -213,34 +217,6 @@ class Trainer:
         if checkpoint is not None:
             mark_finished(checkpoint, {"iterations": cfg.iterations, "evals": [(e.label, e.table) for e in self.evals]})
         return self.evals
-
-    def _prepare_files(self) -> None:
-        """Cut metrics (and, in ``Method.load_state_dict``, each method's files) back to
-        the restored checkpoint's record, or, for a run starting at iteration 0, start
-        them empty (refusing when they show that
-        checkpoints existed and are gone)."""
-        if self.start_iteration > 0:
-            dropped = self.metrics.rewind(self._metrics_position)
-            if dropped and not self.quiet:
-                print(f"dropped {dropped} bytes of {self.metrics.path} written after the checkpoint")
-            return
-        if self.resume and not checkpoint_candidates(self.run_dir):
-            # A record past the first save point proves a checkpoint was written.
-            records = self.metrics.records()
-            late = [
-                r["iteration"]
-                for r in records
-                if isinstance(r.get("iteration"), int) and r["iteration"] >= self.cfg.checkpoint_every
-            ]
-            if late or (self.cfg.iterations > 0 and any(r.get("eval") == "after" for r in records)):
-                raise CheckpointError(
-                    f"{self.metrics.path} shows that checkpoints were saved, but "
-                    f"{self.run_dir / 'checkpoints'} holds none: refusing to restart from iteration 0 "
-                    "over this run (restore the checkpoints, or start over with --no-resume)"
-                )
-        self.metrics.reset()
-        for method in self.methods:
-            method.start_fresh()
 
     def train_iteration(self, iteration: int) -> dict:
         cfg, started = self.cfg, time.perf_counter()
@@ -369,20 +345,7 @@ class Trainer:
             print(f"resuming from {loaded.path} (next iteration {self.start_iteration})")
 
     def write_summary(self) -> None:
-        rows = {e.label: e.table for e in self.evals}
-        table = format_table(rows, title=f"{self.cfg.env.name} {self.cfg.env.eval_split} success (%)")
-        (self.run_dir / "eval_table.txt").write_text(table + "\n")
-        summary = {
-            "run_dir": str(self.run_dir),
-            "algo": self.cfg.algo.name,
-            "evals": rows,
-            "eval_tasks": [t.id for t in self.eval_tasks],
-        }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        for method in self.methods:
-            method.write_summary(self.run_dir)
-        if not self.quiet:
-            print("\n" + table)
+        write_run_summary(self.cfg, self.evals, self.eval_tasks, self.methods, quiet=self.quiet)
 
     def close(self) -> None:
         """Release everything, also after a failed ``__init__`` (whatever was built)."""
@@ -396,9 +359,7 @@ class Trainer:
     # -------------------------------------------------------------- plumbing ---------
 
     def _dump(self, name: str, trajectories: list[Trajectory]) -> None:
-        with (self.run_dir / "rollouts" / f"{name}.jsonl").open("w") as f:
-            for t in trajectories:
-                f.write(json.dumps(t.to_json(), default=str) + "\n")
+        dump_trajectories(self.run_dir, name, trajectories)
 
     def _warn(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -407,18 +368,5 @@ class Trainer:
         return tqdm(total=total, desc=desc, leave=False, disable=self.quiet, unit="turn")
 
     def _log(self, record: dict) -> None:
-        if self.quiet:
-            return
-        keys = [
-            "train/success",
-            "train/return",
-            "train/valid_action_ratio",
-            "train/zero_variance_groups",
-            "update/samples",
-            "update/kl",
-            "update/clip_frac",
-            "update/grad_norm",
-            "time/iteration_s",
-        ]
-        shown = " ".join(f"{k.split('/')[-1]}={record[k]:.3g}" for k in keys if isinstance(record.get(k), (int, float)))
-        print(f"iter {record['iteration']}: {shown}", flush=True)
+        if not self.quiet:
+            print(log_line(record), flush=True)

@@ -16,8 +16,8 @@ a recipe needs that. An episode ends when the goal holds or after ``max_steps`` 
 
 Tasks come from a deterministic generator (``generator.py``) or, when
 ``ALFWORLD_DATA`` holds ALFWorld's released ``json_2.1.1`` games (or ``source=
-"official"``), from those games. Splits: "train", "valid_seen", "valid_unseen"; "eval"
-is an alias of "valid_seen".
+"official"``), from those games (the task lists: ``catalog.py``). Splits: "train",
+"valid_seen", "valid_unseen"; "eval" is an alias of "valid_seen".
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 from roleagent.envs.alfworld import generator as G
 from roleagent.envs.alfworld import scenes as S
+from roleagent.envs.alfworld.catalog import generated_tasks, official_tasks
 from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY, diagnose_trajectory, game_truth
 from roleagent.envs.base import Environment, StepResult
 from roleagent.types import Task, Trajectory
@@ -153,83 +154,14 @@ class AlfWorldEnv(Environment):
             raise KeyError(f"unknown split {split!r}; ALFWorld splits: {SPLITS} (alias: eval)")
         if split not in self._tasks:
             if self.source == "official":
-                self._tasks[split] = self._official_tasks(split)
+                self._tasks[split] = official_tasks(self.official_root, split, self.task_types, env=self.name)
             else:
-                self._tasks[split] = self._generated_tasks(split)
+                size = self.train_size if split == "train" else self.panel_size
+                knobs = self.knobs if self._custom_knobs else None
+                self._tasks[split] = generated_tasks(
+                    self.difficulty, split, self.task_types, size, knobs, env=self.name
+                )
         return list(self._tasks[split])
-
-    def _generated_tasks(self, split: str) -> list[Task]:
-        size = self.train_size if split == "train" else self.panel_size
-        out = []
-        for index in range(size):  # interleaved, so any prefix is balanced across types
-            for tt in self.task_types:
-                spec = G.sample_spec(self.knobs if self._custom_knobs else self.difficulty, split, tt, index)
-                scene = S.load_scene(spec.scene)
-                out.append(
-                    Task(
-                        id=f"alfworld/{self.difficulty}/{split}/{tt}/{index:04d}",
-                        env=self.name,
-                        payload={
-                            "source": "generated",
-                            "difficulty": self.difficulty,
-                            "split": split,
-                            "index": index,
-                            "spec": spec.to_json(),
-                        },
-                        split=split,
-                        metadata={
-                            "task_type": tt,
-                            "alfred_task_type": S.ALFRED_TASK_TYPES[tt],
-                            "object_target": spec.object_target,
-                            "parent_target": spec.parent_target,
-                            "toggle_target": spec.toggle_target,
-                            "transform": S.TRANSFORMS[tt][0] if tt in S.TRANSFORMS else None,
-                            "scene": spec.scene,
-                            "room": scene.room,
-                            "difficulty": self.difficulty,
-                            "source": "generated",
-                        },
-                    )
-                )
-        return out
-
-    def _official_tasks(self, split: str) -> list[Task]:
-        from roleagent.envs.alfworld import official
-
-        counters: dict[str, int] = {}
-        out = []
-        for rec in official.collect_games(self.official_root, split):
-            tt = rec["task_type"]
-            if tt not in self.task_types:
-                continue
-            index = counters.get(tt, 0)
-            counters[tt] = index + 1
-            metadata = {
-                k: rec[k]
-                for k in (
-                    "task_type",
-                    "alfred_task_type",
-                    "object_target",
-                    "parent_target",
-                    "toggle_target",
-                    "scene",
-                    "room",
-                    "task_dir",
-                    "trial",
-                )
-            }
-            metadata["transform"] = S.TRANSFORMS[tt][0] if tt in S.TRANSFORMS else None
-            metadata["source"] = "official"
-            out.append(
-                Task(
-                    id=f"alfworld/official/{split}/{tt}/{index:04d}",
-                    env=self.name,
-                    payload={"source": "official", "game_file": rec["game_file"]},
-                    split=split,
-                    metadata=metadata,
-                )
-            )
-        return out
 
     def game_file(self, task: Task) -> str:
         """Path of the task's ``game.tw-pddl`` (generated and planner-checked on first use)."""

@@ -55,25 +55,15 @@ from typing import Any
 import numpy as np
 
 from roleagent.methods.role_agent.aiw.memory import FailureMemory
-from roleagent.methods.role_agent.aiw.prompts import analysis_messages, task_instruction
-from roleagent.methods.role_agent.aiw.reflection import (
-    Reflection,
-    fallback_reflection,
-    parse_reflection,
-    rule_reflection,
-    trajectory_summary,
-)
+from roleagent.methods.role_agent.aiw.prompts import task_instruction
+from roleagent.methods.role_agent.aiw.reflection import Reflection, trajectory_summary
 from roleagent.methods.role_agent.aiw.retrieval import Retriever
+from roleagent.methods.role_agent.aiw.roles import Diagnose, Generate, NewFailure, analyse, retrieve, round_robin
 from roleagent.methods.role_agent.aiw.sampler import TaskSampler
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.types import Trajectory
 
 log = logging.getLogger(__name__)
-
-Messages = list[dict[str, str]]
-Generate = Callable[[list[Messages]], list[str]]
-Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
-
 
 #: Keys of the metrics dict that :meth:`AgentInWorld.process_failures` returns.
 _METRICS = (
@@ -167,12 +157,12 @@ class AgentInWorld:
                 int(m["n_rejected_non_train"]),
             )
 
-        chosen = _round_robin(failed, cfg.max_failures_per_iter) if cfg.enabled else []
+        chosen = round_robin(failed, cfg.max_failures_per_iter) if cfg.enabled else []
         m["n_over_cap"] = float(len(failed) - len(chosen)) if cfg.enabled else 0.0
 
         # 1. analyst ------------------------------------------------------------
         t0 = time.perf_counter()
-        reflections, raws = self._analyse(chosen, generate, diagnose, m)
+        reflections, raws = analyse(chosen, cfg, self.taxonomy, generate, diagnose, m)
         m["time_analysis_s"] = time.perf_counter() - t0
 
         new, selections = self._file_and_retrieve(
@@ -191,12 +181,12 @@ class AgentInWorld:
         iteration: int,
         generate: Generate | None,
         m: dict[str, float],
-    ) -> tuple[list[tuple[int, Trajectory, Reflection]], list[list[Any]]]:
+    ) -> tuple[list[NewFailure], list[list[Any]]]:
         """Steps 2–4 as one transaction: file the reflections, retrieve similar tasks, record
         the picks. An exception (e.g. from ``generate``) rolls the memory back and leaves the
         sampler untouched, so the iteration can be retried."""
         try:
-            new: list[tuple[int, Trajectory, Reflection]] = []
+            new: list[NewFailure] = []
             for traj, ref, raw in zip(chosen, reflections, raws):
                 fid = self.memory.add_failure(
                     traj.task.id,
@@ -211,7 +201,7 @@ class AgentInWorld:
             m["n_failures"] = float(len(new))
 
             t0 = time.perf_counter()
-            selections = self._retrieve(new, generate, m)
+            selections = retrieve(self.retriever, new, generate, self.config, m)
             m["time_retrieval_s"] = time.perf_counter() - t0
 
             method = "llm" if self.retriever.uses_llm else self.retriever.mode
@@ -244,9 +234,7 @@ class AgentInWorld:
         m["n_failed_train"] = float(len(failed))
         return failed
 
-    def _reweight(
-        self, new: list[tuple[int, Trajectory, Reflection]], selections: list[list[Any]], m: dict[str, float]
-    ) -> None:
+    def _reweight(self, new: list[NewFailure], selections: list[list[Any]], m: dict[str, float]) -> None:
         """After the commit: decay old boosts, boost this iteration's retrievals, count."""
         cfg = self.config
         self.sampler.decay()
@@ -275,74 +263,6 @@ class AgentInWorld:
         m["boosted_fraction"] = self.sampler.last_batch_boosted
         m["memory_failures"] = float(len(self.retriever))
         m["memory_modes"] = float(len(self.memory.modes()))
-
-    def _analyse(
-        self, trajs: list[Trajectory], generate: Generate | None, diagnose: Diagnose | None, m: dict[str, float]
-    ) -> tuple[list[Reflection], list[str]]:
-        cfg = self.config
-        if not trajs:
-            return [], []
-        raws = [""] * len(trajs)
-        parsed: list[Reflection | None] = [None] * len(trajs)
-        if cfg.analyst in ("policy", "llm"):
-            if generate is None:
-                raise ValueError(f"aiw.analyst={cfg.analyst!r} needs a generate callable")
-            prompts = [analysis_messages(t, self.taxonomy, cfg.analysis_chars, cfg.observation_chars) for t in trajs]
-            outputs = list(generate(prompts))
-            if len(outputs) != len(prompts):
-                raise ValueError(f"generate returned {len(outputs)} answers for {len(prompts)} prompts")
-            raws = [str(o or "") for o in outputs]
-            parsed = [parse_reflection(o, self.taxonomy, source=cfg.analyst) for o in raws]
-        out: list[Reflection] = []
-        for traj, ref in zip(trajs, parsed):
-            if ref is None:
-                if cfg.analyst != "rule":
-                    m["n_parse_fallback"] += 1
-                diag = traj.diagnosis
-                if diag is None and diagnose is not None:
-                    diag = diagnose(traj)
-                ref = rule_reflection(diag, self.taxonomy)
-                if ref is not None:
-                    m["n_rule"] += 1
-                else:
-                    ref = fallback_reflection(traj, self.taxonomy)
-                    m["n_heuristic"] += 1
-            elif not ref.parsed_ok:
-                m["n_partial"] += 1
-            if ref.source in ("policy", "llm", "rule"):
-                if ref.type_status == "mapped":
-                    m["n_type_mapped"] += 1
-                elif ref.type_status == "other":
-                    m["n_type_other"] += 1
-            out.append(ref)
-        return out, raws
-
-    def _retrieve(
-        self, new: list[tuple[int, Trajectory, Reflection]], generate: Generate | None, m: dict[str, float]
-    ) -> list[list[Any]]:
-        cand_lists = [self.retriever.candidates(ref, exclude_task=traj.task.id) for _fid, traj, ref in new]
-        if cand_lists:
-            m["n_candidates_mean"] = float(np.mean([len(c) for c in cand_lists]))
-        answers: list[str | None] = [None] * len(new)
-        if self.retriever.uses_llm:
-            asked = [i for i, c in enumerate(cand_lists) if c]
-            if asked and generate is None:
-                raise ValueError(f"aiw.retriever={self.config.retriever!r} needs a generate callable")
-            if asked:
-                prompts = [self.retriever.messages(new[i][2], cand_lists[i]) for i in asked]
-                outputs = list(generate(prompts))
-                if len(outputs) != len(prompts):
-                    raise ValueError(f"generate returned {len(outputs)} answers for {len(prompts)} prompts")
-                for i, out in zip(asked, outputs):
-                    answers[i] = str(out or "")
-                m["n_retrieval_queries"] = float(len(asked))
-        selections = []
-        for cands, answer in zip(cand_lists, answers):
-            chosen, ok = self.retriever.select(cands, answer)
-            if not ok:
-                m["n_retrieval_fallback"] += 1
-            selections.append(chosen)
-        return selections
 
     # ---------------------------------------------------------------- state ----------
 
@@ -416,27 +336,3 @@ class AgentInWorld:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _round_robin(trajs: list[Trajectory], limit: int) -> list[Trajectory]:
-    """At most ``limit`` trajectories: one per task in first-seen order, then a second
-    per task, and so on (deterministic)."""
-    if len(trajs) <= limit:
-        return list(trajs)
-    per_task: dict[str, list[Trajectory]] = {}
-    for t in trajs:
-        per_task.setdefault(t.task.id, []).append(t)
-    out: list[Trajectory] = []
-    depth = 0
-    while len(out) < limit:
-        added = False
-        for group in per_task.values():
-            if depth < len(group):
-                out.append(group[depth])
-                added = True
-                if len(out) >= limit:
-                    break
-        if not added:
-            break
-        depth += 1
-    return out

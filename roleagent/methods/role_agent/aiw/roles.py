@@ -1,0 +1,136 @@
+"""The analyst and retriever roles of one Agent-In-World iteration (Role-Agent: Wang et
+al., 2026, arXiv 2606.10917, §3.3, Figures 8 and 9), as ``AgentInWorld.process_failures``
+calls them: which failures are analysed (:func:`round_robin`), one batched ``generate``
+call per role, the fallbacks of an unusable answer, and the counts in the metrics dict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from roleagent.methods.role_agent.aiw.prompts import analysis_messages
+from roleagent.methods.role_agent.aiw.reflection import (
+    Reflection,
+    fallback_reflection,
+    parse_reflection,
+    rule_reflection,
+)
+from roleagent.methods.role_agent.aiw.retrieval import Retriever
+from roleagent.methods.role_agent.config import AIWConfig
+from roleagent.types import Trajectory
+
+Messages = list[dict[str, str]]
+Generate = Callable[[list[Messages]], list[str]]
+Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
+#: (failure id, trajectory, reflection) of a failure filed this iteration.
+NewFailure = tuple[int, Trajectory, Reflection]
+
+
+def _ask(generate: Generate, prompts: list[Messages]) -> list[str]:
+    """One batched call; one answer per prompt (``None`` becomes ``""``)."""
+    outputs = list(generate(prompts))
+    if len(outputs) != len(prompts):
+        raise ValueError(f"generate returned {len(outputs)} answers for {len(prompts)} prompts")
+    return [str(o or "") for o in outputs]
+
+
+def analyse(
+    trajs: list[Trajectory],
+    cfg: AIWConfig,
+    taxonomy: Sequence[str],
+    generate: Generate | None,
+    diagnose: Diagnose | None,
+    m: dict[str, float],
+) -> tuple[list[Reflection], list[str]]:
+    """The analyst role: one reflection per trajectory and the raw answers. ``"policy"`` /
+    ``"llm"`` ask ``generate`` (Figure 8); an unusable answer, and analyst ``"rule"``,
+    take the rule diagnosis (the trajectory's, else ``diagnose``), else a heuristic."""
+    if not trajs:
+        return [], []
+    raws = [""] * len(trajs)
+    parsed: list[Reflection | None] = [None] * len(trajs)
+    if cfg.analyst in ("policy", "llm"):
+        if generate is None:
+            raise ValueError(f"aiw.analyst={cfg.analyst!r} needs a generate callable")
+        raws = _ask(
+            generate, [analysis_messages(t, taxonomy, cfg.analysis_chars, cfg.observation_chars) for t in trajs]
+        )
+        parsed = [parse_reflection(o, taxonomy, source=cfg.analyst) for o in raws]
+    out: list[Reflection] = []
+    for traj, ref in zip(trajs, parsed):
+        if ref is None:
+            if cfg.analyst != "rule":
+                m["n_parse_fallback"] += 1
+            diag = traj.diagnosis
+            if diag is None and diagnose is not None:
+                diag = diagnose(traj)
+            ref = rule_reflection(diag, taxonomy)
+            if ref is not None:
+                m["n_rule"] += 1
+            else:
+                ref = fallback_reflection(traj, taxonomy)
+                m["n_heuristic"] += 1
+        elif not ref.parsed_ok:
+            m["n_partial"] += 1
+        if ref.source in ("policy", "llm", "rule"):
+            if ref.type_status == "mapped":
+                m["n_type_mapped"] += 1
+            elif ref.type_status == "other":
+                m["n_type_other"] += 1
+        out.append(ref)
+    return out, raws
+
+
+def retrieve(
+    retriever: Retriever, new: list[NewFailure], generate: Generate | None, cfg: AIWConfig, m: dict[str, float]
+) -> list[list[Any]]:
+    """The retriever role: for each new failure, the candidates (other tasks) it picks —
+    through ``generate`` (Figure 9) when the retriever uses an LLM, else the top-k; an
+    unusable answer falls back to the top-k and is counted."""
+    cand_lists = [retriever.candidates(ref, exclude_task=traj.task.id) for _fid, traj, ref in new]
+    if cand_lists:
+        m["n_candidates_mean"] = float(np.mean([len(c) for c in cand_lists]))
+    answers: list[str | None] = [None] * len(new)
+    if retriever.uses_llm:
+        asked = [i for i, c in enumerate(cand_lists) if c]
+        if asked and generate is None:
+            raise ValueError(f"aiw.retriever={cfg.retriever!r} needs a generate callable")
+        if asked:
+            outputs = _ask(generate, [retriever.messages(new[i][2], cand_lists[i]) for i in asked])
+            for i, out in zip(asked, outputs):
+                answers[i] = out
+            m["n_retrieval_queries"] = float(len(asked))
+    selections = []
+    for cands, answer in zip(cand_lists, answers):
+        chosen, ok = retriever.select(cands, answer)
+        if not ok:
+            m["n_retrieval_fallback"] += 1
+        selections.append(chosen)
+    return selections
+
+
+def round_robin(trajs: list[Trajectory], limit: int) -> list[Trajectory]:
+    """At most ``limit`` trajectories: one per task in first-seen order, then a second
+    per task, and so on (deterministic). E.g. tasks ``a a a b`` with limit 3 give
+    ``a b a``."""
+    if len(trajs) <= limit:
+        return list(trajs)
+    per_task: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        per_task.setdefault(t.task.id, []).append(t)
+    out: list[Trajectory] = []
+    depth = 0
+    while len(out) < limit:
+        added = False
+        for group in per_task.values():
+            if depth < len(group):
+                out.append(group[depth])
+                added = True
+                if len(out) >= limit:
+                    break
+        if not added:
+            break
+        depth += 1
+    return out

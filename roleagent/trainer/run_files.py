@@ -1,0 +1,112 @@
+"""The run directory's files besides the checkpoints: ``metrics.jsonl`` and the methods'
+files made exactly-once at the start of ``Trainer.run``, the rollout dumps
+(``rollouts/*.jsonl``), ``eval_table.txt`` / ``summary.json``, and the console line of an
+iteration."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roleagent.config import TrainConfig
+from roleagent.evaluation import format_table
+from roleagent.trainer.checkpoint import CheckpointError, checkpoint_candidates
+from roleagent.trainer.metrics import MetricsWriter
+from roleagent.types import Task, Trajectory
+
+#: What an iteration's console line shows (those present in the record).
+LOG_KEYS = (
+    "train/success",
+    "train/return",
+    "train/valid_action_ratio",
+    "train/zero_variance_groups",
+    "update/samples",
+    "update/kl",
+    "update/clip_frac",
+    "update/grad_norm",
+    "time/iteration_s",
+)
+
+
+@dataclass
+class EvalResult:
+    label: str
+    trajectories: list[Trajectory]
+    table: dict[str, float] = field(default_factory=dict)
+
+
+def prepare_run_files(
+    metrics: MetricsWriter,
+    methods: Sequence[Any],
+    cfg: TrainConfig,
+    *,
+    start_iteration: int,
+    position: dict | None,
+    resume: bool,
+    quiet: bool,
+) -> None:
+    """Cut metrics (and, in ``Method.load_state_dict``, each method's files) back to the
+    restored checkpoint's ``position``, or, for a run starting at iteration 0, start them
+    empty (refusing when they show that checkpoints existed and are gone)."""
+    if start_iteration > 0:
+        dropped = metrics.rewind(position)
+        if dropped and not quiet:
+            print(f"dropped {dropped} bytes of {metrics.path} written after the checkpoint")
+        return
+    run_dir = Path(cfg.run_dir)
+    if resume and not checkpoint_candidates(run_dir):
+        # A record past the first save point proves a checkpoint was written.
+        records = metrics.records()
+        late = [
+            r["iteration"]
+            for r in records
+            if isinstance(r.get("iteration"), int) and r["iteration"] >= cfg.checkpoint_every
+        ]
+        if late or (cfg.iterations > 0 and any(r.get("eval") == "after" for r in records)):
+            raise CheckpointError(
+                f"{metrics.path} shows that checkpoints were saved, but "
+                f"{run_dir / 'checkpoints'} holds none: refusing to restart from iteration 0 "
+                "over this run (restore the checkpoints, or start over with --no-resume)"
+            )
+    metrics.reset()
+    for method in methods:
+        method.start_fresh()
+
+
+def dump_trajectories(run_dir: Path, name: str, trajectories: list[Trajectory]) -> None:
+    """``rollouts/<name>.jsonl``: one trajectory per line (``Trajectory.to_json``)."""
+    with (run_dir / "rollouts" / f"{name}.jsonl").open("w") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_json(), default=str) + "\n")
+
+
+def write_run_summary(
+    cfg: TrainConfig, evals: list[EvalResult], eval_tasks: list[Task], methods: Sequence[Any], *, quiet: bool
+) -> None:
+    """``eval_table.txt`` and ``summary.json`` in the run directory, then each method's own
+    summary; prints the table unless ``quiet``."""
+    run_dir = Path(cfg.run_dir)
+    rows = {e.label: e.table for e in evals}
+    table = format_table(rows, title=f"{cfg.env.name} {cfg.env.eval_split} success (%)")
+    (run_dir / "eval_table.txt").write_text(table + "\n")
+    summary = {
+        "run_dir": str(run_dir),
+        "algo": cfg.algo.name,
+        "evals": rows,
+        "eval_tasks": [t.id for t in eval_tasks],
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    for method in methods:
+        method.write_summary(run_dir)
+    if not quiet:
+        print("\n" + table)
+
+
+def log_line(record: dict) -> str:
+    """E.g. ``{"iteration": 3, "train/success": 0.25, "update/kl": 0.0012}`` →
+    ``"iter 3: success=0.25 kl=0.0012"``."""
+    shown = " ".join(f"{k.split('/')[-1]}={record[k]:.3g}" for k in LOG_KEYS if isinstance(record.get(k), (int, float)))
+    return f"iter {record['iteration']}: {shown}"
