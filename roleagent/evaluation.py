@@ -51,9 +51,6 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
                     Step(
                         observation=observations[slot],
                         state_key=keys[slot],
-                        prompt_ids=[],
-                        action_ids=[],
-                        action_logprobs=[],
                         action_text=action,
                         action=action,
                         valid=True,

@@ -35,12 +35,13 @@ class Step:
 
     observation: str  # text the agent saw before acting (s_t)
     state_key: Hashable  # grouping key for step-level advantages (GiGPO anchor state)
-    prompt_ids: list[int]  # exact prompt tokens fed to the model
-    action_ids: list[int]  # generated tokens, as returned by the engine
-    action_logprobs: list[float]  # log π_old of each generated token at generation time
     action_text: str  # decoded generation
     action: str | None  # parsed environment action; None when unparsable
     valid: bool  # False when the output could not be parsed into an action
+    # Token in, token out; empty for steps no model generated (expert, replay):
+    prompt_ids: list[int] = field(default_factory=list)  # exact prompt tokens fed to the model
+    action_ids: list[int] = field(default_factory=list)  # generated tokens, as returned by the engine
+    action_logprobs: list[float] = field(default_factory=list)  # log π_old of each generated token
     reward: float = 0.0  # environment reward minus ``penalty``
     penalty: float = 0.0  # format penalty included in ``reward`` (invalid action), >= 0
     done: bool = False

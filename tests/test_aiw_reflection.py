@@ -32,9 +32,6 @@ def step(obs: str, action: str, valid: bool = True) -> Step:
     return Step(
         observation=obs,
         state_key=obs,
-        prompt_ids=[],
-        action_ids=[],
-        action_logprobs=[],
         action_text=action,
         action=action if valid else None,
         valid=valid,

@@ -198,9 +198,6 @@ def test_diagnosis_on_a_real_failed_episode(env):
             Step(
                 observation=obs,
                 state_key=obs,
-                prompt_ids=[],
-                action_ids=[],
-                action_logprobs=[],
                 action_text=action,
                 action=action,
                 valid=True,

@@ -71,9 +71,6 @@ def _trajectory(metadata, pairs, success=False, first=ROOM + "\n\nYour task is t
             Step(
                 observation=obs,
                 state_key=obs,
-                prompt_ids=[],
-                action_ids=[],
-                action_logprobs=[],
                 action_text=action or "???",
                 action=action,
                 valid=action is not None,

@@ -187,9 +187,6 @@ def _play(env, task, policy):
                 Step(
                     observation="",
                     state_key="",
-                    prompt_ids=[],
-                    action_ids=[],
-                    action_logprobs=[],
                     action_text=action,
                     action=action,
                     valid=True,
@@ -265,9 +262,6 @@ def test_real_trace_unreached_turns_follow_the_authors_padding():
     step = Step(
         observation="",
         state_key="",
-        prompt_ids=[],
-        action_ids=[],
-        action_logprobs=[],
         action_text="I cannot help.",
         action="I cannot help.",
         valid=True,

@@ -242,9 +242,6 @@ def test_expert_trajectory_diagnosis_all_pass(env):
             Step(
                 observation="",
                 state_key="",
-                prompt_ids=[],
-                action_ids=[],
-                action_logprobs=[],
                 action_text=a,
                 action=a,
                 valid=True,

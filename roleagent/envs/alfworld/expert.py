@@ -29,9 +29,6 @@ def run_expert_episode(env, task: Task, seed: int = 0) -> Trajectory:
             Step(
                 observation=observation,
                 state_key=env.state_key(observation),
-                prompt_ids=[],
-                action_ids=[],
-                action_logprobs=[],
                 action_text=action,
                 action=action,
                 valid=True,

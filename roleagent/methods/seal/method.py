@@ -78,9 +78,6 @@ def _replay_copy(trajectory: Trajectory) -> Trajectory:
         Step(
             observation="",
             state_key=None,
-            prompt_ids=[],
-            action_ids=[],
-            action_logprobs=[],
             action_text=s.action_text,
             action=s.action,
             valid=s.valid,
