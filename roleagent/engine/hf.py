@@ -8,6 +8,14 @@ leave the batch (the KV cache is sliced each time one finishes), checks stop str
 row, and draws from a dedicated ``torch.Generator`` so rollouts are reproducible
 independently of other random consumers.
 
+Automatic prefix reuse (``prefix_cache_tokens > 0``; see :mod:`roleagent.engine.prefix_cache`):
+after each call the KV of every row's processed sequence is kept in a bounded LRU store,
+and a later prompt that starts with a stored sequence (or shares a long prefix with one)
+prefills only the rest. Stored KVs are dropped when the weights change
+(:meth:`HFEngine.weights_changed`, and automatically when a parameter's version moves).
+Reuse changes what is computed, not what is generated: the tests compare tokens and
+log-probs with and without it.
+
 Log-probs are of the temperature-scaled distribution that was sampled from
 (``log_softmax(logits / T)``); the trainer scales logits by the same T. At T = 0 the
 engine decodes greedily and reports log-probs at T = 1.
@@ -20,6 +28,7 @@ import re
 import torch
 
 from roleagent.engine.base import Generation, SamplingParams
+from roleagent.engine.prefix_cache import PrefixCache, PrefixEntry
 from roleagent.models.loading import Policy
 
 __all__ = ["Generation", "HFEngine", "SamplingParams", "encode_chat"]
@@ -29,7 +38,8 @@ class HFEngine:
     """Generation and chat encoding for one :class:`Policy` (implements
     :class:`roleagent.engine.base.Engine`)."""
 
-    def __init__(self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024):
+    def __init__(self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024,
+                 prefix_cache_tokens: int = 0):
         self.policy = policy
         self.tokenizer = policy.tokenizer
         self.max_batch = max_batch
@@ -37,10 +47,20 @@ class HFEngine:
         self.generator = torch.Generator(device=policy.device)
         self.generator.manual_seed(0)
         self.generated_tokens = 0  # counters for tokens/s metrics
-        self.prompt_tokens = 0
+        self.prompt_tokens = 0  # prompt tokens prefilled (not counting reused ones)
+        self.reused_prompt_tokens = 0  # prompt tokens whose stored KV was reused
+        # Automatic prefix reuse (off at 0): up to this many tokens of KV kept across calls.
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._adapter_layers = [m for m in policy.model.modules() if hasattr(m, "disable_adapters")
+                                and hasattr(m, "merged")]  # PEFT tuner layers
+        self._weights_seen = self._weights_fingerprint() if self.prefix_cache is not None else 0
         # transformers >= 5.x renamed ``past_key_values`` to ``cache`` (input and output).
         base = getattr(policy.model, "get_base_model", lambda: policy.model)()
-        self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        forward_args = inspect.signature(base.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"
+        # Only the last position's logits are sampled from: skip the LM head elsewhere (in a
+        # prefill of n tokens it is ~20% of SmolLM2-135M's FLOPs and an n x vocab tensor).
+        self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
 
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -64,6 +84,21 @@ class HFEngine:
         ids = encode_chat(self.tokenizer, messages, response_prefix=response_prefix)
         return ids[-self.max_prompt_tokens:]
 
+    def extend_chat(self, prompt_ids: list[int], generated_ids: list[int], messages: list[dict[str, str]],
+                    *, response_prefix: str = "") -> list[int]:
+        """A prompt that continues ``prompt_ids`` + ``generated_ids`` (an assistant turn as
+        sampled) with ``messages`` and a new assistant turn, token for token, so that with
+        prefix reuse only the new part is prefilled. E.g. the World-In-Agent prediction
+        prompt: ``extend_chat(action_prompt, action.ids, [{"role": "user", "content":
+        request}], response_prefix="<state1>")``. The ids of ``generated_ids`` are kept as
+        sampled (not re-tokenised from text); an end-of-turn token the model already
+        emitted is not repeated."""
+        tail = encode_followup(self.tokenizer, messages, response_prefix=response_prefix)
+        if generated_ids and tail and generated_ids[-1] == tail[0] == self.tokenizer.eos_token_id:
+            tail = tail[1:]
+        ids = list(prompt_ids) + list(generated_ids) + tail
+        return ids[-self.max_prompt_tokens:]
+
     # ------------------------------------------------------------- generation --------
 
     @torch.no_grad()
@@ -77,31 +112,20 @@ class HFEngine:
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         model = self.policy.model
         device = self.policy.device
-        pad_id = self.tokenizer.pad_token_id
         eos_ids = {self.tokenizer.eos_token_id}
         was_training = model.training
         model.eval()
 
         n = len(prompts)
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)  # (n, L)
-        attention = torch.zeros((n, width), dtype=torch.long, device=device)  # (n, L)
-        for row, ids in enumerate(prompts):  # left padding
-            input_ids[row, width - len(ids):] = torch.tensor(ids, device=device)
-            attention[row, width - len(ids):] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (n, L)
-        self.prompt_tokens += sum(len(p) for p in prompts)
-
+        step_input, attention, step_positions, cache = self._prefill_inputs(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_logprobs: list[list[float]] = [[] for _ in range(n)]
         truncated = [True] * n
         alive = list(range(n))  # original row index of each row still in the batch
-        cache = None
-        step_input, step_positions = input_ids, positions
-        for _ in range(params.max_new_tokens):
+        for step in range(params.max_new_tokens):
             output = model(
                 input_ids=step_input, attention_mask=attention, position_ids=step_positions,
-                use_cache=True, **{self._cache_kwarg: cache},
+                use_cache=True, **{self._cache_kwarg: cache}, **self._last_logits,
             )
             cache = getattr(output, self._cache_kwarg)
             logits = output.logits[:, -1, :].float()  # (b, V)
@@ -116,7 +140,10 @@ class HFEngine:
                 else:
                     keep.append(row)
             self.generated_tokens += len(alive)
-            if not keep:
+            last = not keep or step == params.max_new_tokens - 1
+            leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
+            self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids)
+            if last:
                 break
             if len(keep) < len(alive):  # finished rows leave the batch
                 index = torch.tensor(keep, device=device)
@@ -139,6 +166,85 @@ class HFEngine:
             )
             for i in range(n)
         ]
+
+    def _prefill_inputs(self, prompts: list[list[int]]):
+        """Input ids, attention mask, position ids and initial cache of the first forward.
+
+        Row i reuses ``c_i`` stored tokens (0 without a stored prefix) and prefills the
+        other ``s_i = len(prompt) - c_i >= 1``. The cache holds the stored KVs left-padded
+        to C = max c_i, the inputs hold the suffixes left-padded to S = max s_i, so the
+        mask over the C + S key positions of row i is ``0…0 1×c_i 0…0 1×s_i``: pads sit in
+        the middle, hidden from every query by the explicit mask, and a suffix token's
+        position id counts the ones before it (c_i + j), as if the prompt were unpadded.
+        Without reuse (C = 0) this is plain left padding.
+        """
+        device = self.policy.device
+        n = len(prompts)
+        reuse = self._lookup_prefixes(prompts)  # (entry or None, c_i) per row
+        cached = [c for _, c in reuse]
+        width_c = max(cached)
+        width_s = max(len(p) - c for p, c in zip(prompts, cached))
+        input_ids = torch.full((n, width_s), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
+        attention = torch.zeros((n, width_c + width_s), dtype=torch.long, device=device)  # (n, C+S)
+        for row, (ids, c) in enumerate(zip(prompts, cached)):
+            suffix = ids[c:]
+            input_ids[row, width_s - len(suffix):] = torch.tensor(suffix, device=device)
+            attention[row, width_c - c:width_c] = 1
+            attention[row, width_c + width_s - len(suffix):] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, width_c:]  # (n, S)
+        self.prompt_tokens += sum(len(p) for p in prompts) - sum(cached)
+        self.reused_prompt_tokens += sum(cached)
+        cache = _batch_cache(reuse, width_c) if width_c else None
+        return input_ids, attention, positions, cache
+
+    # ------------------------------------------------------------ prefix reuse -------
+
+    def clear_prefix_cache(self) -> None:
+        """Drop every stored KV (they were computed with weights that may be stale)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def weights_changed(self) -> None:
+        """Tell the engine the policy's weights changed (call after each optimizer step or
+        checkpoint load): stored KVs are dropped."""
+        self.clear_prefix_cache()
+        self._weights_seen = self._weights_fingerprint()
+
+    def _weights_fingerprint(self) -> int:
+        """Changes whenever a parameter is written in place (``_version``: optimizer steps,
+        ``load_state_dict``, adapter merges), replaced (``data_ptr``) or a LoRA adapter is
+        switched on/off, so stale KVs are dropped even if nobody calls weights_changed."""
+        params = tuple((p._version, p.data_ptr()) for p in self.policy.model.parameters())
+        adapters = tuple(bool(getattr(m, "disable_adapters", False)) for m in self._adapter_layers)
+        return hash((params, adapters))
+
+    def _lookup_prefixes(self, prompts: list[list[int]]) -> list[tuple[PrefixEntry | None, int]]:
+        if self.prefix_cache is None:
+            return [(None, 0)] * len(prompts)
+        fingerprint = self._weights_fingerprint()
+        if fingerprint != self._weights_seen:
+            self.prefix_cache.clear()
+            self._weights_seen = fingerprint
+        out = []
+        for prompt in prompts:
+            entry, length = self.prefix_cache.lookup(prompt)
+            length = min(length, len(prompt) - 1)  # the last prompt token is fed to get logits
+            out.append((entry, length) if length > 0 else (None, 0))
+        return out
+
+    def _store_rows(self, cache, attention: torch.Tensor, rows, prompts, out_ids) -> None:
+        """Store the KV of each leaving (batch row, original index): prompt plus every
+        generated token but the last (whose KV was never computed)."""
+        if self.prefix_cache is None or not rows or not _plain_dynamic(cache):
+            return
+        for row, original in rows:
+            tokens = list(prompts[original]) + out_ids[original][:-1]
+            index = attention[row].nonzero().squeeze(-1)  # the row's non-pad positions
+            if len(index) != len(tokens) or len(tokens) > self.prefix_cache.max_tokens:
+                continue
+            kv = torch.stack([torch.stack((layer.keys[row][:, index], layer.values[row][:, index]))
+                              for layer in cache.layers])  # (layers, 2, heads, T, head_dim), a copy
+            self.prefix_cache.insert(tokens, kv)
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         if params.temperature <= 0:  # greedy
@@ -173,6 +279,29 @@ def _select_cache_rows(cache, index: torch.Tensor) -> None:
         return
     for layer in cache.layers:
         layer.batch_select_indices(index)
+
+
+def _plain_dynamic(cache) -> bool:
+    """Whether ``cache`` is a DynamicCache of full-attention layers (what prefix reuse
+    stores and rebuilds; sliding-window or quantised layers are left alone)."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
+
+
+def _batch_cache(reuse: list[tuple[PrefixEntry | None, int]], width: int):
+    """A DynamicCache whose row i holds the first c_i stored KVs of its entry, right-aligned
+    in ``width`` positions (zeros before them, which the attention mask hides)."""
+    from transformers import DynamicCache
+
+    ref = next(entry.kv for entry, c in reuse if c)
+    layers, _, heads, _, head_dim = ref.shape
+    buf = ref.new_zeros((layers, 2, len(reuse), heads, width, head_dim))
+    for row, (entry, c) in enumerate(reuse):
+        if c:
+            buf[:, :, row, :, width - c:, :] = entry.kv[:, :, :, :c, :]
+    return DynamicCache([(buf[i, 0], buf[i, 1]) for i in range(layers)])
 
 
 # ------------------------------------------------------------------ chat encoding ------
@@ -216,6 +345,25 @@ def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -
         ids.append(tokenizer.convert_tokens_to_ids(match.group()))
         start = match.end()
     return ids + _encode_text(tokenizer, text[start:])
+
+
+_ANCHOR = "\ue002"  # private-use character: stands for an assistant turn's content
+
+
+def encode_followup(tokenizer, messages: list[dict], *, response_prefix: str = "") -> list[int]:
+    """Ids that follow an assistant turn's content: the end of that turn, ``messages`` and
+    the opened assistant turn (plus ``response_prefix``), as :func:`encode_chat` encodes
+    them. For ChatML (SmolLM2, Qwen) and a user message "V" that is
+    ``<|im_end|>\\n<|im_start|>user\\nV<|im_end|>\\n<|im_start|>assistant\\n``."""
+    anchor = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+              {"role": "assistant", "content": _ANCHOR}]
+    ids = encode_chat(tokenizer, anchor + list(messages), response_prefix=response_prefix)
+    mark = _encode_text(tokenizer, _ANCHOR)
+    for start in range(len(ids) - len(mark) + 1):
+        if ids[start:start + len(mark)] == mark:
+            return ids[start + len(mark):]
+    raise ValueError("the chat template does not copy an assistant turn's content verbatim; "
+                     "build the follow-up prompt with encode_chat instead")
 
 
 def _encode_text(tokenizer, text: str) -> list[int]:
