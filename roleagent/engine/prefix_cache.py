@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["PrefixCache", "PrefixEntry"]
+__all__ = ["PrefixCache", "PrefixEntry", "batch_cache", "plain_dynamic", "row_kv"]
 
 
 @dataclass
@@ -145,3 +145,34 @@ class PrefixCache:
                     del self._index[h]
         self.tokens -= len(entry.tokens)
         self.nbytes -= entry.nbytes
+
+
+# ------------------------------------------------ transformers DynamicCache glue ------
+
+def plain_dynamic(cache) -> bool:
+    """Whether ``cache`` is a DynamicCache of full-attention layers (what prefix reuse
+    stores and rebuilds; sliding-window or quantised layers are left alone)."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
+
+
+def row_kv(cache, row: int, index: torch.Tensor) -> torch.Tensor:
+    """A copy of one batch row's KV at positions ``index``: (layers, 2, heads, T, head_dim)."""
+    return torch.stack([torch.stack((layer.keys[row][:, index], layer.values[row][:, index]))
+                        for layer in cache.layers])
+
+
+def batch_cache(reuse: list[tuple[PrefixEntry | None, int]], width: int):
+    """A DynamicCache whose row i holds the first c_i stored KVs of its entry, right-aligned
+    in ``width`` positions (zeros before them, which the attention mask hides)."""
+    from transformers import DynamicCache
+
+    ref = next(entry.kv for entry, c in reuse if c)
+    layers, _, heads, _, head_dim = ref.shape
+    buf = ref.new_zeros((layers, 2, len(reuse), heads, width, head_dim))
+    for row, (entry, c) in enumerate(reuse):
+        if c:
+            buf[:, :, row, :, width - c:, :] = entry.kv[:, :, :, :c, :]
+    return DynamicCache([(buf[i, 0], buf[i, 1]) for i in range(layers)])
