@@ -53,6 +53,7 @@ def test_common_prefix():
     assert common_prefix((1, 2), [1, 2, 3]) == 2
     assert common_prefix((9,), [1]) == 0
     assert common_prefix((), [1]) == 0
+    assert common_prefix((1, 2), [1, 2]) == 2
 
 
 def _kv(n, fill=0.0):
@@ -69,6 +70,16 @@ def test_lookup_finds_the_longest_common_prefix_inside_a_block():
     assert entry.tokens == (1, 2, 3, 9) and length == 4
     assert store.lookup([1, 3, 3]) == (None, 0)  # no full block in common
     assert store.lookup([1]) == (None, 0)
+    entry, length = store.lookup([1, 2, 3])  # the prompt is a prefix of both entries
+    assert length == 3
+
+
+def test_lookup_checks_tokens_behind_the_hashes():
+    store = PrefixCache(100, block=2)
+    store.insert([1, 2, 3, 4], _kv(4))
+    entry, _ = store.lookup([1, 2, 3, 4, 5])
+    entry.tokens = (9, 2, 3, 4)  # as if (9, 2) had collided with (1, 2) in the block hash
+    assert store.lookup([1, 2, 3, 4, 5]) == (None, 0)
 
 
 def test_insert_replaces_a_prefix_and_skips_a_covered_sequence():

@@ -15,8 +15,10 @@ and reuse is across calls only (prompts of one batch do not share their common p
 Lookup is cheap: every entry is indexed under the chain hash of each of its full
 ``block``-token prefixes (hash of the previous block's hash and the block's tokens, as
 vLLM hashes blocks); a prompt walks its own block hashes down to the deepest one some
-entry shares, and only those entries are compared token by token to find the longest
-common prefix, which may end inside a block. Eviction is least-recently-used over a
+entry shares; those entries agree with it up to there and differ within the next block,
+so only that block is compared token by token to find the longest common prefix (which
+may end inside a block), and the winner's shared blocks are checked against the prompt
+(a hash collision gives no match rather than wrong KV). Eviction is least-recently-used over a
 token budget.
 """
 
@@ -53,13 +55,14 @@ def block_hashes(tokens, block: int) -> list[int]:
     return out
 
 
-def common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+def common_prefix(a, b) -> int:
     """Length of the longest common prefix of two token sequences."""
-    m = min(len(a), len(b))
-    if m == 0:
-        return 0
-    diff = torch.tensor(a[:m]) != torch.tensor(b[:m])
-    return int(diff.to(torch.uint8).argmax()) if bool(diff.any()) else m
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class PrefixCache:
@@ -89,19 +92,21 @@ class PrefixCache:
         """The entry sharing the longest prefix with ``prompt`` and that prefix's length
         (``(None, 0)`` when no entry shares a full block). Marks the entry recently used."""
         candidates: set[int] = set()
+        depth = 0  # full blocks shared with every candidate
         for h in block_hashes(prompt, self.block):
             ids = self._index.get(h)
             if not ids:
                 break
-            candidates = ids
+            candidates, depth = ids, depth + 1
+        start = depth * self.block
         best, best_len = None, 0
-        for key in candidates:
-            entry = self._entries[key]
-            length = common_prefix(entry.tokens, prompt)  # exact: guards against hash collisions
+        for key in candidates:  # they agree up to `start`; they differ within the next block
+            length = start + common_prefix(self._entries[key].tokens[start:start + self.block],
+                                           prompt[start:start + self.block])
             if length > best_len:
                 best, best_len = key, length
-        if best is None:
-            return None, 0
+        if best is None or self._entries[best].tokens[:start] != tuple(prompt[:start]):
+            return None, 0  # (the second test guards against a hash collision)
         self._entries.move_to_end(best)
         return self._entries[best], best_len
 
