@@ -8,6 +8,14 @@ leave the batch (the KV cache is sliced each time one finishes), checks stop str
 row, and draws from a dedicated ``torch.Generator`` so rollouts are reproducible
 independently of other random consumers.
 
+Automatic prefix reuse (``prefix_cache_tokens > 0``; see :mod:`roleagent.engine.prefix_cache`):
+after each call the KV of every row's processed sequence is kept in a bounded LRU store,
+and a later prompt that starts with a stored sequence (or shares a long prefix with one)
+prefills only the rest. Stored KVs are dropped when the weights change
+(:meth:`HFEngine.weights_changed`, and automatically when a parameter's version moves).
+Reuse changes what is computed, not what is generated: the tests compare tokens and
+log-probs with and without it.
+
 Log-probs are of the temperature-scaled distribution that was sampled from
 (``log_softmax(logits / T)``); the trainer scales logits by the same T. At T = 0 the
 engine decodes greedily and reports log-probs at T = 1.
@@ -16,11 +24,18 @@ engine decodes greedily and reports log-probs at T = 1.
 from __future__ import annotations
 
 import inspect
-import re
 
 import torch
 
 from roleagent.engine.base import Generation, SamplingParams
+from roleagent.engine.chat import encode_chat, encode_followup
+from roleagent.engine.prefix_cache import (
+    PrefixCache,
+    PrefixEntry,
+    batch_cache,
+    plain_dynamic,
+    row_kv,
+)
 from roleagent.models.loading import Policy
 
 __all__ = ["Generation", "HFEngine", "SamplingParams", "encode_chat"]
@@ -30,7 +45,9 @@ class HFEngine:
     """Generation and chat encoding for one :class:`Policy` (implements
     :class:`roleagent.engine.base.Engine`)."""
 
-    def __init__(self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024):
+    def __init__(
+        self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024, prefix_cache_tokens: int = 0
+    ):
         self.policy = policy
         self.tokenizer = policy.tokenizer
         self.max_batch = max_batch
@@ -38,10 +55,21 @@ class HFEngine:
         self.generator = torch.Generator(device=policy.device)
         self.generator.manual_seed(0)
         self.generated_tokens = 0  # counters for tokens/s metrics
-        self.prompt_tokens = 0
+        self.prompt_tokens = 0  # prompt tokens prefilled (not counting reused ones)
+        self.reused_prompt_tokens = 0  # prompt tokens whose stored KV was reused
+        # Automatic prefix reuse (off at 0): up to this many tokens of KV kept across calls.
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._adapter_layers = [
+            m for m in policy.model.modules() if hasattr(m, "disable_adapters") and hasattr(m, "merged")
+        ]  # PEFT tuner layers
+        self._weights_seen = self._weights_fingerprint() if self.prefix_cache is not None else 0
         # transformers >= 5.x renamed ``past_key_values`` to ``cache`` (input and output).
         base = getattr(policy.model, "get_base_model", lambda: policy.model)()
-        self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        forward_args = inspect.signature(base.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"
+        # Only the last position's logits are sampled from: skip the LM head elsewhere (in a
+        # prefill of n tokens it is ~20% of SmolLM2-135M's FLOPs and an n x vocab tensor).
+        self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
 
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -65,6 +93,27 @@ class HFEngine:
         ids = encode_chat(self.tokenizer, messages, response_prefix=response_prefix)
         return ids[-self.max_prompt_tokens :]
 
+    def extend_chat(
+        self,
+        prompt_ids: list[int],
+        generated_ids: list[int],
+        messages: list[dict[str, str]],
+        *,
+        response_prefix: str = "",
+    ) -> list[int]:
+        """A prompt that continues ``prompt_ids`` + ``generated_ids`` (an assistant turn as
+        sampled) with ``messages`` and a new assistant turn, token for token, so that with
+        prefix reuse only the new part is prefilled. E.g. the World-In-Agent prediction
+        prompt: ``extend_chat(action_prompt, action.ids, [{"role": "user", "content":
+        request}], response_prefix="<state1>")``. The ids of ``generated_ids`` are kept as
+        sampled (not re-tokenised from text); an end-of-turn token the model already
+        emitted is not repeated."""
+        tail = encode_followup(self.tokenizer, messages, response_prefix=response_prefix)
+        if generated_ids and tail and generated_ids[-1] == tail[0] == self.tokenizer.eos_token_id:
+            tail = tail[1:]
+        ids = list(prompt_ids) + list(generated_ids) + tail
+        return ids[-self.max_prompt_tokens :]
+
     # ------------------------------------------------------------- generation --------
 
     @torch.no_grad()
@@ -78,34 +127,24 @@ class HFEngine:
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         model = self.policy.model
         device = self.policy.device
-        pad_id = self.tokenizer.pad_token_id
         eos_ids = {self.tokenizer.eos_token_id}
         was_training = model.training
         model.eval()
 
         n = len(prompts)
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)  # (n, L)
-        attention = torch.zeros((n, width), dtype=torch.long, device=device)  # (n, L)
-        for row, ids in enumerate(prompts):  # left padding
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
-            attention[row, width - len(ids) :] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (n, L)
-        self.prompt_tokens += sum(len(p) for p in prompts)
-
+        step_input, attention, step_positions, cache = self._prefill_inputs(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_logprobs: list[list[float]] = [[] for _ in range(n)]
         truncated = [True] * n
         alive = list(range(n))  # original row index of each row still in the batch
-        cache = None
-        step_input, step_positions = input_ids, positions
-        for _ in range(params.max_new_tokens):
+        for step in range(params.max_new_tokens):
             output = model(
                 input_ids=step_input,
                 attention_mask=attention,
                 position_ids=step_positions,
                 use_cache=True,
                 **{self._cache_kwarg: cache},
+                **self._last_logits,
             )
             cache = getattr(output, self._cache_kwarg)
             logits = output.logits[:, -1, :].float()  # (b, V)
@@ -120,7 +159,10 @@ class HFEngine:
                 else:
                     keep.append(row)
             self.generated_tokens += len(alive)
-            if not keep:
+            last = not keep or step == params.max_new_tokens - 1
+            leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
+            self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids)
+            if last:
                 break
             if len(keep) < len(alive):  # finished rows leave the batch
                 index = torch.tensor(keep, device=device)
@@ -143,6 +185,85 @@ class HFEngine:
             )
             for i in range(n)
         ]
+
+    def _prefill_inputs(self, prompts: list[list[int]]):
+        """Input ids, attention mask, position ids and initial cache of the first forward.
+
+        Row i reuses ``c_i`` stored tokens (0 without a stored prefix) and prefills the
+        other ``s_i = len(prompt) - c_i >= 1``. The cache holds the stored KVs left-padded
+        to C = max c_i, the inputs hold the suffixes left-padded to S = max s_i, so the
+        mask over the C + S key positions of row i is ``0…0 1×c_i 0…0 1×s_i``: pads sit in
+        the middle, hidden from every query by the explicit mask, and a suffix token's
+        position id counts the ones before it (c_i + j), as if the prompt were unpadded.
+        Without reuse (C = 0) this is plain left padding.
+        """
+        device = self.policy.device
+        n = len(prompts)
+        reuse = self._lookup_prefixes(prompts)  # (entry or None, c_i) per row
+        cached = [c for _, c in reuse]
+        width_c = max(cached)
+        width_s = max(len(p) - c for p, c in zip(prompts, cached))
+        input_ids = torch.full((n, width_s), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
+        attention = torch.zeros((n, width_c + width_s), dtype=torch.long, device=device)  # (n, C+S)
+        for row, (ids, c) in enumerate(zip(prompts, cached)):
+            suffix = ids[c:]
+            input_ids[row, width_s - len(suffix) :] = torch.tensor(suffix, device=device)
+            attention[row, width_c - c : width_c] = 1
+            attention[row, width_c + width_s - len(suffix) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, width_c:]  # (n, S)
+        self.prompt_tokens += sum(len(p) for p in prompts) - sum(cached)
+        self.reused_prompt_tokens += sum(cached)
+        cache = batch_cache(reuse, width_c) if width_c else None
+        return input_ids, attention, positions, cache
+
+    # ------------------------------------------------------------ prefix reuse -------
+
+    def clear_prefix_cache(self) -> None:
+        """Drop every stored KV (they were computed with weights that may be stale)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def weights_changed(self) -> None:
+        """Tell the engine the policy's weights changed (call after each optimizer step or
+        checkpoint load): stored KVs are dropped."""
+        self.clear_prefix_cache()
+        self._weights_seen = self._weights_fingerprint()
+
+    def _weights_fingerprint(self) -> int:
+        """Changes whenever a parameter is written in place (``_version``: optimizer steps,
+        ``load_state_dict``, adapter merges), replaced (``data_ptr``) or a LoRA adapter is
+        switched on/off, so stale KVs are dropped even if nobody calls weights_changed.
+        Not seen: ``torch.optim.AdamW(fused=True)`` (torch 2.13) steps without bumping
+        ``_version``, and writes through ``.data``; hence the explicit weights_changed."""
+        params = tuple((p._version, p.data_ptr()) for p in self.policy.model.parameters())
+        adapters = tuple(bool(getattr(m, "disable_adapters", False)) for m in self._adapter_layers)
+        return hash((params, adapters))
+
+    def _lookup_prefixes(self, prompts: list[list[int]]) -> list[tuple[PrefixEntry | None, int]]:
+        if self.prefix_cache is None:
+            return [(None, 0)] * len(prompts)
+        fingerprint = self._weights_fingerprint()
+        if fingerprint != self._weights_seen:
+            self.prefix_cache.clear()
+            self._weights_seen = fingerprint
+        out = []
+        for prompt in prompts:
+            entry, length = self.prefix_cache.lookup(prompt)
+            length = min(length, len(prompt) - 1)  # the last prompt token is fed to get logits
+            out.append((entry, length) if length > 0 else (None, 0))
+        return out
+
+    def _store_rows(self, cache, attention: torch.Tensor, rows, prompts, out_ids) -> None:
+        """Store the KV of each leaving (batch row, original index): prompt plus every
+        generated token but the last (whose KV was never computed)."""
+        if self.prefix_cache is None or not rows or not plain_dynamic(cache):
+            return
+        for row, original in rows:
+            tokens = list(prompts[original]) + out_ids[original][:-1]
+            index = attention[row].nonzero().squeeze(-1)  # the row's non-pad positions
+            if len(index) != len(tokens) or len(tokens) > self.prefix_cache.max_tokens:
+                continue
+            self.prefix_cache.insert(tokens, row_kv(cache, row, index))
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         if params.temperature <= 0:  # greedy
@@ -180,89 +301,3 @@ def _select_cache_rows(cache, index: torch.Tensor) -> None:
 
 
 # ------------------------------------------------------------------ chat encoding ------
-
-_MARK = "\ue000{}\ue001"  # private-use characters: a placeholder for message i's content
-_MARK_RE = re.compile("\ue000(\\d+)\ue001")
-_BREAK = "\u200b"  # zero-width space: the fallback's way to keep a special string text
-
-
-def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -> list[int]:
-    """Token ids of a chat prompt in which only the chat template makes special tokens.
-
-    Tokenising the rendered template as one string would turn a ``<|im_end|>`` written in
-    an observation, instruction or tool result into the real end-of-turn token, so
-    environment text could close the user's turn and open one of its own. Here the
-    template is rendered once more with a placeholder for every message content; the
-    special tokens of that skeleton (and of ``response_prefix``, which is ours) are the
-    only ones kept special, and the text between them is tokenised with
-    ``split_special_tokens=True``. A tokenizer splits its input at special tokens before
-    anything else, so a prompt without special-token strings in its contents gets exactly
-    the ids that plain tokenisation gives.
-
-    When the template rewrites contents (the skeleton with the contents put back differs
-    from the real rendering), special-token strings in contents are broken with a
-    zero-width space instead, and the result is tokenised as usual.
-    """
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    spans = _content_spans(tokenizer, messages, text)
-    if spans is None:
-        messages = [_break_specials(tokenizer, m) for m in messages]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        spans = []
-    text += response_prefix
-    specials = _special_tokens_re(tokenizer)
-    ids: list[int] = []
-    start = 0
-    for match in specials.finditer(text) if specials else ():
-        if any(a < match.end() and match.start() < b for a, b in spans):
-            continue  # (partly) inside a message content: stays text
-        ids += _encode_text(tokenizer, text[start : match.start()])
-        ids.append(tokenizer.convert_tokens_to_ids(match.group()))
-        start = match.end()
-    return ids + _encode_text(tokenizer, text[start:])
-
-
-def _encode_text(tokenizer, text: str) -> list[int]:
-    if not text:
-        return []
-    return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-
-
-def _special_tokens_re(tokenizer) -> re.Pattern[str] | None:
-    """Every special token string of ``tokenizer``, longest first."""
-    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    strings = {t.content for t in decoder.values() if getattr(t, "special", False)}
-    strings |= set(getattr(tokenizer, "all_special_tokens", ()))
-    strings.discard("")
-    if not strings:
-        return None
-    return re.compile("|".join(re.escape(s) for s in sorted(strings, key=len, reverse=True)))
-
-
-def _content_spans(tokenizer, messages: list[dict], text: str) -> list[tuple[int, int]] | None:
-    """Character spans of the message contents in ``text`` (the rendered prompt), or None
-    when the template does not copy contents verbatim."""
-    marked = [
-        {**m, "content": _MARK.format(i)} if isinstance(m.get("content"), str) else m for i, m in enumerate(messages)
-    ]
-    skeleton = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
-    parts = _MARK_RE.split(skeleton)  # template, index, template, index, ..., template
-    spans, rebuilt, pos = [], [], 0
-    for j, part in enumerate(parts):
-        if j % 2:
-            index = int(part)
-            if index >= len(messages):
-                return None
-            part = messages[index]["content"]
-            spans.append((pos, pos + len(part)))
-        rebuilt.append(part)
-        pos += len(part)
-    return spans if "".join(rebuilt) == text else None
-
-
-def _break_specials(tokenizer, message: dict) -> dict:
-    content = message.get("content")
-    specials = _special_tokens_re(tokenizer)
-    if not isinstance(content, str) or specials is None:
-        return message
-    return {**message, "content": specials.sub(lambda m: m.group()[0] + _BREAK + m.group()[1:], content)}
