@@ -122,6 +122,11 @@ class OptimConfig:
         "token-mean denominator (verl-agent's: all tokens of the mini-batch), so the policy-gradient "
         "step is unchanged; only their KL/entropy terms are lost",
     )
+    pack_episodes: bool = _f(
+        True,
+        "train nested steps of an episode (rollout.context=full) as one packed sequence: one "
+        "forward/backward per episode, a mask over every step's action tokens, same loss and gradient",
+    )
 
 
 @dataclass

@@ -281,3 +281,32 @@ def test_exception_in_generate_rolls_back_and_can_retry(tmp_path):
     m = aiw.process_failures([make_traj(TRAIN[3])], iteration=1, generate=llm, diagnose=None)
     assert m["n_failures"] == 1 and aiw.memory.n_failures() == n + 1
     aiw.close()
+
+
+def test_method_makes_one_bounded_call_per_role(tmp_path):
+    # through the plug-in (the trainer's batched chat): every failure of the iteration in ONE
+    # analyst call at analysis_max_new_tokens, and ONE retrieval call at
+    # retrieval_max_new_tokens; this bounds Agent-In-World's generation to two batched calls
+    from types import SimpleNamespace
+
+    from roleagent.methods.role_agent.aiw.method import AgentInWorldMethod
+
+    llm = ScriptedLLM()
+    calls = []
+
+    def chat(conversations, *, max_new_tokens=256, temperature=0.0):
+        calls.append((len(conversations), max_new_tokens))
+        return llm(conversations)
+
+    pool = SimpleNamespace(meta=SimpleNamespace(failure_taxonomy=TAXONOMY), diagnose=lambda traj: None)
+    tasks = [Task(id=t, env="toy") for t in TRAIN]
+    context = SimpleNamespace(train_tasks=tasks, run_dir=tmp_path, pool=pool, chat=chat)
+    method = AgentInWorldMethod(context, AIWConfig(enabled=True, analysis_max_new_tokens=256))
+    try:
+        m = method.after_iteration([make_traj(TRAIN[i]) for i in range(6)], iteration=0)
+        m1 = method.after_iteration([make_traj(TRAIN[i]) for i in range(6, 12)], iteration=1)
+    finally:
+        method.close()
+    assert m["n_failures"] == 6 and m1["n_failures"] == 6
+    assert calls[0] == (6, 256) and calls[1][1] == 160 and calls[2] == (6, 256) and calls[3][1] == 160
+    assert len(calls) == 4 and calls[3][0] == m1["n_retrieval_queries"] == 6

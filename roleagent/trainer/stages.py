@@ -10,6 +10,14 @@ Collector      batched rollouts               (MCTS collection, Agent-R)
 Scorer         environment reward (no-op)     (a generative reward model, ASL)
 Objective      PPO-clip on the advantages     (SFT on masked targets, Agent-R)
 =============  =============================  ==========================================
+
+Training samples (:func:`training_samples`): one per generated turn, except that with
+``optim.pack_episodes`` consecutive turns of an episode that nest — turn t+1's prompt
+starts with turn t's prompt and generated ids, as with ``rollout.context=full`` — become
+one packed sample (the last turn's prompt and action, a mask over every turn's action
+tokens, per-token π_old and advantages): one forward/backward per episode instead of one
+per turn, with the same loss and gradient. Turns that do not nest (the sliding window)
+stay one sample each, as do the methods' extra samples.
 """
 
 from __future__ import annotations
@@ -103,22 +111,74 @@ class PPOObjective:
     def __init__(self, policy, optim_cfg, *, temperature: float):
         self.updater = Updater(policy, optim_cfg, temperature=temperature)
         self.optimizer = self.updater.optimizer
+        self.pack = optim_cfg.pack_episodes
 
     def samples(self, batch: StepBatch, advantages: np.ndarray, methods: list[Method]) -> list[TrainSample]:
-        return training_samples(batch, advantages, methods)
+        return training_samples(batch, advantages, methods, pack=self.pack)
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]:
         return self.updater.update(samples, rng)
 
 
-def training_samples(batch: StepBatch, advantages: np.ndarray, methods: list[Method] = ()) -> list[TrainSample]:
-    """One sample per generated turn, each followed by the methods' extra samples of that
-    turn; zero advantages included: the Updater skips them but keeps their tokens in the
-    denominator."""
+def nests(step, following) -> bool:
+    """``following``'s prompt begins with ``step``'s prompt and generated ids (both generated)."""
+    if not step.action_ids or not following.action_ids:
+        return False
+    n, m = len(step.prompt_ids), len(step.action_ids)
+    head = following.prompt_ids[: n + m]
+    return len(following.prompt_ids) >= n + m and head[:n] == step.prompt_ids and head[n:] == step.action_ids
+
+
+def episode_runs(batch: StepBatch, pack: bool) -> list[list[tuple[Any, int]]]:
+    """The batch's steps as runs of ``(step, advantage index)``: consecutive nested turns
+    of one trajectory form a run when ``pack``; otherwise every step is its own run."""
+    runs: list[list] = []
+    previous_traj = None
+    for index, (traj_id, step) in enumerate(zip(batch.traj_ids, batch.steps)):
+        if pack and runs and traj_id == previous_traj and nests(runs[-1][-1][0], step):
+            runs[-1].append((step, index))
+        else:
+            runs.append([(step, index)])
+        previous_traj = traj_id
+    return runs
+
+
+def packed_sample(run: list, advantages: np.ndarray) -> TrainSample:
+    """One sample for nested turns: the first turn's prompt, then everything up to the end of
+    the last turn's action; per output token its π_old, its turn's advantage and whether the
+    policy generated it.
+
+    Example: prompts/actions ``[1]/[2]`` then ``[1, 2, 3]/[4, 5]`` with advantages 0.5 and
+    −1 → prompt ``[1]``, output ``[2, 3, 4, 5]``, mask ``[1, 0, 1, 1]``, token advantages
+    ``[0.5, 0, −1, −1]``.
+    """
+    first, last = run[0][0], run[-1][0]
+    start = len(first.prompt_ids)
+    output = (last.prompt_ids + last.action_ids)[start:]
+    mask, old, token_adv = [0] * len(output), [0.0] * len(output), [0.0] * len(output)
+    for step, index in run:
+        offset = len(step.prompt_ids) - start
+        for j, logprob in enumerate(step.action_logprobs):
+            mask[offset + j], old[offset + j], token_adv[offset + j] = 1, logprob, float(advantages[index])
+    return TrainSample(first.prompt_ids, output, old, float(advantages[run[0][1]]), mask, token_adv)
+
+
+def training_samples(
+    batch: StepBatch, advantages: np.ndarray, methods: list[Method] = (), *, pack: bool = False
+) -> list[TrainSample]:
+    """One sample per generated turn (or per run of nested turns with ``pack``), each
+    followed by the methods' extra samples of its turns; zero advantages included: the
+    Updater skips them but keeps their tokens in the denominator."""
     samples = []
-    for step, advantage in zip(batch.steps, advantages):
-        if step.action_ids:
-            samples.append(TrainSample(step.prompt_ids, step.action_ids, step.action_logprobs, float(advantage)))
-        for method in methods:
-            samples.extend(method.extra_samples(step, float(advantage)))
+    for run in episode_runs(batch, pack):
+        if len(run) > 1:
+            samples.append(packed_sample(run, advantages))
+        elif run[0][0].action_ids:
+            step, index = run[0]
+            samples.append(
+                TrainSample(step.prompt_ids, step.action_ids, step.action_logprobs, float(advantages[index]))
+            )
+        for step, index in run:
+            for method in methods:
+                samples.extend(method.extra_samples(step, float(advantages[index])))
     return samples

@@ -16,6 +16,17 @@ as without skipping; with KL or entropy on, their KL/entropy terms are lost. A m
 whose samples are all skipped makes no optimizer step (verl-agent would step AdamW on a
 zero gradient, which still moves the weights by momentum).
 
+Packed episodes (``optim.pack_episodes``, see ``roleagent.trainer.stages.training_samples``):
+when an episode's steps nest (each prompt starts with the previous prompt and action, as in
+``rollout.context=full``), they form ONE sample whose ``output_ids`` run from the end of the
+first prompt to the end of the last action; ``action_mask`` marks the generated tokens and
+``token_advantages`` gives each its own step's advantage. The denominator counts only
+action tokens (the same generated tokens as unpacked), and with skipping on the tokens of
+zero-advantage steps are masked out of the loss (as their unpacked samples would be
+skipped), so the loss and gradient equal the unpacked ones, KL and entropy included, when
+the mini-batch holds whole episodes (``mini_batches = 1``; with more, the episodes rather
+than the steps are split between mini-batches).
+
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
@@ -39,14 +50,39 @@ from roleagent.models.loading import Policy
 
 @dataclass
 class TrainSample:
+    """``old_logprobs`` has one entry per output token. A packed episode also sets
+    ``action_mask`` (1 on generated tokens, 0 on the observations between them) and
+    ``token_advantages`` (per output token); otherwise every output token is generated and
+    shares ``advantage``."""
+
     prompt_ids: list[int]
     output_ids: list[int]
     old_logprobs: list[float]
     advantage: float
+    action_mask: list[int] | None = None
+    token_advantages: list[float] | None = None
 
     @property
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def n_generated(self) -> int:
+        """Generated tokens: the sample's share of the token-mean denominator."""
+        return len(self.output_ids) if self.action_mask is None else int(sum(self.action_mask))
+
+    def skippable(self) -> bool:
+        """Every generated token has advantage exactly 0."""
+        if self.token_advantages is None:
+            return self.advantage == 0.0
+        return all(a == 0.0 for a, m in zip(self.token_advantages, self.action_mask) if m)
+
+    def loss_mask(self, skip_zero: bool) -> list[float]:
+        """Tokens in the loss: generated ones, less those of zero-advantage steps when
+        skipping (an unpacked zero-advantage step would be skipped whole)."""
+        if self.action_mask is None:
+            return [1.0] * len(self.output_ids)
+        return [float(m and not (skip_zero and a == 0.0)) for m, a in zip(self.action_mask, self.token_advantages)]
 
 
 def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[TrainSample]]:
@@ -64,7 +100,7 @@ def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[Tr
     return batches
 
 
-def _collate(samples: list[TrainSample], pad_id: int, device: torch.device):
+def _collate(samples: list[TrainSample], pad_id: int, device: torch.device, skip_zero: bool = False):
     width = max(s.length for s in samples)
     keep = max(len(s.output_ids) for s in samples)
     n = len(samples)
@@ -73,6 +109,8 @@ def _collate(samples: list[TrainSample], pad_id: int, device: torch.device):
     old = torch.zeros((n, keep))  # (B, K) aligned to the last K positions
     mask = torch.zeros((n, keep))  # (B, K)
     targets = torch.full((n, keep), pad_id, dtype=torch.long)  # (B, K)
+    per_token = any(s.token_advantages is not None for s in samples)
+    advantages = torch.zeros((n, keep)) if per_token else torch.zeros(n)  # (B, K) packed, else (B,)
     for row, s in enumerate(samples):
         ids = s.prompt_ids + s.output_ids
         input_ids[row, width - len(ids) :] = torch.tensor(ids)
@@ -80,8 +118,13 @@ def _collate(samples: list[TrainSample], pad_id: int, device: torch.device):
         k = len(s.output_ids)
         targets[row, keep - k :] = torch.tensor(s.output_ids)
         old[row, keep - k :] = torch.tensor(s.old_logprobs)
-        mask[row, keep - k :] = 1.0
-    advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)  # (B,)
+        mask[row, keep - k :] = torch.tensor(s.loss_mask(skip_zero))
+        if not per_token:
+            advantages[row] = s.advantage
+        elif s.token_advantages is None:
+            advantages[row, keep - k :] = s.advantage
+        else:
+            advantages[row, keep - k :] = torch.tensor(s.token_advantages)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
     return [t.to(device) for t in (input_ids, attention, positions, targets, old, mask, advantages)] + [keep]
 
@@ -119,7 +162,7 @@ class Updater:
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]:
         cfg = self.cfg
-        skipped = [cfg.skip_zero_advantage and s.advantage == 0.0 for s in samples]
+        skipped = [cfg.skip_zero_advantage and s.skippable() for s in samples]
         n_trained = len(samples) - sum(skipped)
         if n_trained == 0:  # every advantage was zero: nothing to learn this iteration
             return {
@@ -144,7 +187,7 @@ class Updater:
             for mini in np.array_split(np.arange(len(order)), cfg.mini_batches):
                 mini_samples = [samples[order[i]] for i in mini]
                 # verl-agent's denominator: every generated token of the mini-batch, skipped or not
-                n_tokens = sum(len(s.output_ids) for s in mini_samples)
+                n_tokens = sum(s.n_generated for s in mini_samples)
                 computed = [samples[order[i]] for i in mini if not skipped[order[i]]]
                 if not computed:
                     continue
@@ -163,11 +206,11 @@ class Updater:
         number of tokens run through the model."""
         cfg, model = self.cfg, self.policy.model
         pad_id = self.policy.tokenizer.pad_token_id
-        n_computed = sum(len(s.output_ids) for s in computed)
+        n_computed = sum(sum(s.loss_mask(cfg.skip_zero_advantage)) for s in computed)
         self.optimizer.zero_grad(set_to_none=True)
         ran = 0
         for micro in micro_batches(computed, cfg.micro_batch_tokens):
-            *tensors, keep = _collate(micro, pad_id, self.policy.device)
+            *tensors, keep = _collate(micro, pad_id, self.policy.device, cfg.skip_zero_advantage)
             input_ids, attention, positions, targets, old, mask, advantages = tensors
             ref = None
             if cfg.kl_coef > 0:
