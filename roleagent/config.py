@@ -76,6 +76,20 @@ class RolloutConfig:
     )
     max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
     max_batch: int = _f(32, "most sequences in one generation batch")
+    context: str = _f(
+        "window",
+        "window: each step's prompt is rebuilt from the instruction, the last `history` steps and the "
+        "current observation (paper parity) | full: the whole episode as one growing chat, each "
+        "turn continuing the previous prompt and action token for token (its KV is reused with "
+        "prefix_cache_tokens > 0); a chat that would reach max_prompt_tokens restarts from the "
+        "window prompt. Environments that report their chat messages (BFCL) keep their own path",
+    )
+    prefix_cache_tokens: int = _f(
+        0,
+        "engine prefix-KV cache: tokens of KV kept across generate calls (LRU), so prompts that "
+        "extend earlier ones prefill only the new part; 0 = off. Same tokens, log-probs equal up "
+        "to float rounding",
+    )
 
 
 @dataclass
@@ -326,6 +340,11 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"optim.mini_batches={o.mini_batches} exceeds the {episodes} episodes of an iteration "
             f"(rollout.tasks_per_iter * rollout.group_size)"
+        )
+    if 0 < r.prefix_cache_tokens < r.max_prompt_tokens:
+        raise ConfigError(
+            f"rollout.prefix_cache_tokens={r.prefix_cache_tokens} cannot hold one prompt "
+            f"(rollout.max_prompt_tokens={r.max_prompt_tokens}): use 0 (off) or at least that"
         )
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")

@@ -76,6 +76,8 @@ FIELD_RULES: dict[str, Rule] = {
     "rollout.invalid_penalty": at_least(0),
     "rollout.max_prompt_tokens": at_least(16),
     "rollout.max_batch": at_least(1),
+    "rollout.context": one_of("window", "full"),
+    "rollout.prefix_cache_tokens": at_least(0),
     "algo.name": NONEMPTY,
     "algo.gamma": within(0, 1),  # the estimator registry: check_estimator
     "algo.step_weight": at_least(0),
@@ -86,6 +88,7 @@ FIELD_RULES: dict[str, Rule] = {
     "wia.horizon": at_least(0),
     "wia.horizon_fraction": within(0, 1, open_low=True),
     "wia.max_new_tokens": at_least(1),
+    "wia.prompt": one_of("continuation", "separate"),
     "optim.lr": above(0),
     "optim.weight_decay": at_least(0),
     "optim.epochs": at_least(1),

@@ -19,6 +19,22 @@ environment ends its episode with ``Trajectory.crashed`` set.
 
 Group rollouts (G episodes of one task) share the environment seed, so their first
 states coincide and GiGPO's anchor groups have something to compare.
+
+Context modes (``RolloutSettings.context``):
+
+- ``window`` (paper parity): each prompt is rebuilt from the instruction, the last
+  ``history`` (action, observation) pairs and the current observation
+  (``actor.actor_messages``), so prompts stay bounded;
+- ``full``: the episode is one growing chat. Turn 0 is the window prompt (no history yet);
+  turn t's prompt is ``engine.extend_chat(prompt_{t-1}, action_ids_{t-1}, [user:
+  observation_message])``, i.e. the previous prompt and the sampled ids token for token,
+  then the new observation with the admissible actions and the answer format
+  (``actor.observation_message``; after an invalid output the message starts with
+  "Invalid action format."). With the engine's prefix cache only the new message is
+  prefilled. When that continuation would reach the engine's ``max_prompt_tokens`` it is
+  not left-truncated: the episode restarts from its window prompt (which shows the last
+  ``history`` steps) and grows from there (counted in ``RolloutStats.context_restarts``).
+  Environments that report their chat messages (BFCL) keep their transcript prompt.
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ class RolloutSettings:
     top_p: float = 1.0
     invalid_penalty: float = 0.1
     project_actions: bool = False  # map a non-admissible action onto the closest admissible one
+    context: str = "window"  # window | full (module docstring)
 
 
 @dataclass
@@ -55,6 +72,8 @@ class Turn:
     observation: str
     action: str | None
     valid: bool
+    prompt_ids: list[int] = field(default_factory=list)  # the actor's prompt of this turn
+    action_ids: list[int] = field(default_factory=list)  # the ids it generated (as sampled)
 
 
 class RolloutExtension(Protocol):
@@ -78,7 +97,10 @@ class RolloutStats:
     env_s: float = 0.0
     turns: int = 0
     generated_tokens: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # prefilled by the engine (reused ones not counted)
+    reused_prompt_tokens: int = 0  # prompt tokens whose stored KV the engine reused
+    prefix_cache_bytes: int = 0  # the engine's stored prefix KV after the rollouts
+    context_restarts: int = 0  # context=full: chats restarted from the window prompt
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -92,6 +114,7 @@ class _Episode:
     admissible: list[str] | None
     history: list[tuple[str, str]] = field(default_factory=list)
     transcript: list[dict[str, str]] | None = None  # chat protocol (env reports "messages")
+    last_turn: tuple[list[int], list[int]] | None = None  # context=full: (prompt ids, action ids)
     done: bool = False
 
 
@@ -107,12 +130,14 @@ def run_episodes(
     """Play each ``(task, seed)`` once; at most ``pool.size`` episodes run at a time."""
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
-    tokens_before = (engine.generated_tokens, engine.prompt_tokens)
+    tokens_before = (engine.generated_tokens, engine.prompt_tokens, getattr(engine, "reused_prompt_tokens", 0))
     for start in range(0, len(jobs), pool.size):
         wave = jobs[start : start + pool.size]
         trajectories.extend(_run_wave(engine, pool, wave, settings, extensions, stats, progress))
     stats.generated_tokens = engine.generated_tokens - tokens_before[0]
     stats.prompt_tokens = engine.prompt_tokens - tokens_before[1]
+    stats.reused_prompt_tokens = getattr(engine, "reused_prompt_tokens", 0) - tokens_before[2]
+    stats.prefix_cache_bytes = getattr(getattr(engine, "prefix_cache", None), "nbytes", 0)
     return trajectories, stats
 
 
@@ -139,6 +164,21 @@ def _actor_messages(e: _Episode, settings: RolloutSettings, engine: Engine, coun
         action_format=settings.action_format,
         max_history=settings.history,
     )
+
+
+def _actor_prompt(e: _Episode, settings: RolloutSettings, engine: Engine, count_tokens, stats) -> list[int]:
+    """Turn ids of the actor's prompt: the window prompt, or in ``context=full`` the
+    continuation of the episode's chat (the module docstring; never left-truncated)."""
+    prefix = actor.RESPONSE_PREFIX[settings.action_format]
+    if settings.context == "full" and e.transcript is None and e.last_turn is not None:
+        content = actor.observation_message(e.observation, e.admissible, settings.action_format)
+        if e.trajectory.steps and not e.trajectory.steps[-1].valid:
+            content = "Invalid action format.\n\n" + content
+        ids = engine.extend_chat(*e.last_turn, [{"role": "user", "content": content}], response_prefix=prefix)
+        if len(ids) < engine.max_prompt_tokens:
+            return ids
+        stats.context_restarts += 1  # would reach the limit: restart from the window prompt
+    return engine.encode_chat(_actor_messages(e, settings, engine, count_tokens), response_prefix=prefix)
 
 
 def _start_wave(pool, wave, stats) -> list[_Episode]:
@@ -178,13 +218,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
 
         # 1. actions, one batched generation ---------------------------------------
         started = time.perf_counter()
-        prompts = [
-            engine.encode_chat(
-                _actor_messages(e, settings, engine, count_tokens),
-                response_prefix=actor.RESPONSE_PREFIX[settings.action_format],
-            )
-            for e in active
-        ]
+        prompts = [_actor_prompt(e, settings, engine, count_tokens, stats) for e in active]
         generations = engine.generate(prompts, sampling)
         parsed = [actor.parse_action(g.text, settings.action_format) for g in generations]
         if settings.project_actions:
@@ -193,7 +227,10 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
 
         # 2. the methods' extra generations (e.g. World-In-Agent predictions) ----------
         started = time.perf_counter()
-        turns = [Turn(e.instruction, e.observation, p.action, p.valid) for e, p in zip(active, parsed)]
+        turns = [
+            Turn(e.instruction, e.observation, p.action, p.valid, g.prompt_ids, g.ids)
+            for e, p, g in zip(active, parsed, generations)
+        ]
         records = [(ext.name, ext.after_actions(engine, turns)) for ext in extensions]
         stats.extension_s += time.perf_counter() - started
 
@@ -216,6 +253,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
             )
             step.extras.update({name: rows[i] for name, rows in records if rows[i] is not None})
             _apply(e, step, p, next(replies) if p.valid else None, settings)
+            e.last_turn = (gen.prompt_ids, gen.ids)
         if progress is not None:
             progress.update(1)
 

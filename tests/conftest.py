@@ -45,6 +45,14 @@ class ScriptedEngine:
         text = "\n".join(m["content"] for m in messages) + "\n" + response_prefix
         return [ord(c) % 5000 for c in text]
 
+    max_prompt_tokens = 1 << 30
+
+    def extend_chat(self, prompt_ids, generated_ids, messages, *, response_prefix=""):
+        return list(prompt_ids) + list(generated_ids) + self.encode_chat(messages, response_prefix=response_prefix)
+
+    def weights_changed(self):
+        pass
+
     def generate(self, prompts, params):
         self.calls.append(len(prompts))
         texts = ["".join(chr(i) for i in p) for p in prompts]

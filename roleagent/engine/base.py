@@ -40,7 +40,9 @@ class Engine(Protocol):
     tokenizer: Any  # a transformers tokenizer (counting tokens, decoding)
     max_prompt_tokens: int  # prompts are left-truncated to this many tokens
     generated_tokens: int  # running counters, for tokens/s metrics
-    prompt_tokens: int
+    prompt_tokens: int  # prefilled prompt tokens (reused ones not counted)
+    # Engines with prefix reuse may also keep ``reused_prompt_tokens`` (a counter) and
+    # ``prefix_cache`` (with ``nbytes``); the rollout metrics read them when present.
 
     def encode_chat(self, messages: list[dict[str, str]], *, response_prefix: str = "") -> list[int]:
         """Token ids of ``messages`` under the model's chat template, ending with the
@@ -48,8 +50,30 @@ class Engine(Protocol):
         never becomes a special token."""
         ...
 
+    def extend_chat(
+        self,
+        prompt_ids: list[int],
+        generated_ids: list[int],
+        messages: list[dict[str, str]],
+        *,
+        response_prefix: str = "",
+    ) -> list[int]:
+        """A prompt that continues ``prompt_ids`` + ``generated_ids`` (an assistant turn as
+        sampled, its ids kept) with ``messages`` and a newly opened assistant turn, token
+        for token as :meth:`encode_chat` would encode the whole conversation. An engine
+        with prefix reuse then prefills only the new part (World-In-Agent's prediction
+        prompt, ``rollout.context=full``). Like ``encode_chat`` it keeps the last
+        ``max_prompt_tokens`` tokens; callers that must not lose the start compare lengths."""
+        ...
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One :class:`Generation` per prompt, in order."""
+        ...
+
+    def weights_changed(self) -> None:
+        """The policy's weights changed (after an optimizer step or a checkpoint load):
+        drop anything computed with the old ones (stored prefix KV). A no-op for engines
+        that keep nothing between calls."""
         ...
 
     def seed(self, seed: int) -> None:

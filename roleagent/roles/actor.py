@@ -139,13 +139,27 @@ def actor_messages(
         first = len(history) - len(recent) + 1
         lines = [f"{first + i}. {_clip(action, 200)} -> {_clip(obs, 200)}" for i, (action, obs) in enumerate(recent)]
         parts.append("Previous actions:\n" + "\n".join(lines))
-    parts.append("Current observation: " + _clip(observation, max_observation_chars))
+    parts.append(observation_message(observation, admissible, action_format, max_observation_chars, max_admissible))
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def observation_message(
+    observation: str,
+    admissible: list[str] | None,
+    action_format: str,
+    max_observation_chars: int = 600,
+    max_admissible: int = 40,
+) -> str:
+    """The end of every actor prompt: the current observation, the admissible actions (at
+    most ``max_admissible``) and the answer format. Also the user message of each later
+    turn in ``rollout.context=full``, where the chat before it holds the rest."""
+    parts = ["Current observation: " + _clip(observation, max_observation_chars)]
     if admissible:
         shown = admissible[:max_admissible]
         parts.append("Admissible actions: " + ", ".join(shown) + (" ..." if len(admissible) > len(shown) else ""))
     if FORMAT_HINTS[action_format]:
         parts.append(FORMAT_HINTS[action_format])
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+    return "\n\n".join(parts)
 
 
 #: what a tool result trimmed from the prompt is replaced with

@@ -9,6 +9,7 @@ advantage estimator)::
     A       = estimator(algo.name)(StepBatch(trajs))      # roleagent.trainer.advantages
     A       = method.adjust_advantages(batch, A)          # for each enabled method
     objective.update(objective.samples(batch, A))         # PPO-clip by default
+    engine.weights_changed()                              # stored prefix KV is stale
     metrics = method.after_iteration(trajs, iteration)    # for each enabled method
     dump(trajs)                                           # with advantages and method records
 
@@ -51,7 +52,7 @@ from roleagent.trainer.checkpoint import (
     mark_finished,
     save_checkpoint,
 )
-from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
+from roleagent.trainer.metrics import MetricsWriter, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,
     dump_trajectories,
@@ -90,7 +91,10 @@ class Trainer:
         )
         if m.gradient_checkpointing:
             self.policy.model.gradient_checkpointing_enable()
-        self.engine = create_engine(m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens)
+        reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
+        self.engine = create_engine(
+            m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens, **reuse
+        )
         self.engine.seed(cfg.seed)
         self.pool = EnvPool(
             cfg.env.name,
@@ -114,6 +118,7 @@ class Trainer:
             top_p=r.top_p,
             invalid_penalty=r.invalid_penalty,
             project_actions=r.project_actions,
+            context=r.context,
         )
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
@@ -248,6 +253,7 @@ class Trainer:
         # Policy update ---------------------------------------------------------------------
         t0 = time.perf_counter()
         update = self.objective.update(samples, self.shuffle_rng)
+        self.engine.weights_changed()  # stored prefix KV was computed with the old weights
         update_s = time.perf_counter() - t0
 
         # The methods' hooks after the update ------------------------------------------------
@@ -262,6 +268,7 @@ class Trainer:
         return {
             "iteration": iteration,
             **rollout_metrics(trajectories, prefix="train/"),
+            **reuse_metrics(stats),
             **{f"score/{k}": v for k, v in score_metrics.items()},
             "train/zero_variance_groups": zero_variance_fraction(batch),
             "train/advantage_abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
@@ -328,6 +335,7 @@ class Trainer:
     def _restore(self, loaded: LoadedCheckpoint) -> None:
         state = loaded.state
         apply_checkpoint(loaded, policy=self.policy, optimizer=self.objective.optimizer)
+        self.engine.weights_changed()
         self.rng.bit_generator.state = state["rng_np"]
         self.shuffle_rng.setstate(state["rng_shuffle"])
         self.engine.set_rng_state(state["engine_generator"])

@@ -86,6 +86,21 @@ class MetricsWriter:
             self._tb.close()
 
 
+def reuse_metrics(stats) -> dict[str, float]:
+    """What the rollouts computed and what they reused (a :class:`roleagent.rollout.RolloutStats`):
+    ``rollout/prefilled_prompt_tokens`` (prompt tokens the engine ran through the model),
+    ``rollout/reused_prompt_tokens`` (prompt tokens whose stored KV it reused instead;
+    0 without ``rollout.prefix_cache_tokens``), ``rollout/prefix_cache_mib`` (the KV it
+    holds after the rollouts) and ``rollout/context_restarts`` (``rollout.context=full``
+    chats restarted from the window prompt at ``rollout.max_prompt_tokens``)."""
+    return {
+        "rollout/prefilled_prompt_tokens": stats.prompt_tokens,
+        "rollout/reused_prompt_tokens": stats.reused_prompt_tokens,
+        "rollout/prefix_cache_mib": stats.prefix_cache_bytes / 2**20,
+        "rollout/context_restarts": stats.context_restarts,
+    }
+
+
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
     """Success (crashed episodes left out; NaN if all crashed), return, length, valid-action
     ratio, crashed fraction; WIA score and its link to success."""

@@ -15,6 +15,13 @@ class WIAConfig:
     horizon: int = _f(0, "predicted states per action H; 0 means max(1, round(horizon_fraction * T_max))")
     horizon_fraction: float = _f(0.05, "H as a fraction of the episode step limit (paper: 5%)")
     max_new_tokens: int = _f(48, "token limit of one prediction")
+    prompt: str = _f(
+        "continuation",
+        "continuation: the prediction request continues the actor's chat (its prompt, the sampled "
+        "action, a user message asking for the next states), the same information as separate "
+        "plus the actor's context, and its prefill is reused from the action pass | separate: "
+        "a fresh prompt of instruction, observation and action (the paper's x_pre)",
+    )
     train_predictions: bool = _f(
         False, "also train the prediction tokens with the step's advantage (paper eq. 9 trains actions only)"
     )

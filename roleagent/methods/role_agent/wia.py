@@ -11,7 +11,15 @@ module is the one place that says so:
    observations ŝ_{t,1..H} (eq. 2). The answer format is
    ``<state1>…</state1><state2>…</state2>…``; the assistant turn is pre-filled with
    ``<state1>`` so small models start in format. A missing or unparsable state is the
-   empty string (it scores 0 against any non-empty real state);
+   empty string (it scores 0 against any non-empty real state). Two prompts
+   (``wia.prompt``): ``separate`` is x_pre as above (:func:`predictor_messages`, the
+   paper's); ``continuation`` (default) continues the actor's chat token for token: its
+   prompt, the sampled action ids, then a user message with the same request
+   (:func:`prediction_request`: the action taken and the states to predict), so the
+   predictor sees the same information plus the actor's context, and with the engine's
+   prefix cache the action pass's KV is reused (only the request is prefilled). A
+   continuation that would reach the engine's ``max_prompt_tokens`` falls back to the
+   separate prompt for that turn (never left-truncated);
 2. :class:`PredictionExtension`: that prediction as one more batched generation per
    rollout turn, recorded in ``step.extras["wia"]`` (``predictions``; ``prompt_ids``,
    ``ids``, ``logprobs`` of the generation), scored at the end of the episode
@@ -41,16 +49,25 @@ from roleagent.types import Trajectory
 PREFIX = "<state1>"
 
 
+def prediction_request(action: str, horizon: int) -> str:
+    """The action and what to predict: the end of x_pre, and the whole user message of the
+    continuation prompt.
+
+    >>> prediction_request("open door", 2)
+    'Action taken: open door\\n\\nPredict the next 2 observations the environment will show, in this format: <state1>...</state1><state2>...</state2>'
+    """
+    tags = "".join(f"<state{h}>...</state{h}>" for h in range(1, horizon + 1))
+    steps = "the next observation" if horizon == 1 else f"the next {horizon} observations"
+    return f"Action taken: {action}\n\nPredict {steps} the environment will show, in this format: {tags}"
+
+
 def predictor_messages(
     *, instruction: str, observation: str, action: str, horizon: int, max_observation_chars: int = 400
 ) -> list[dict[str, str]]:
     """x_pre for one step: predict the observations after ``action`` and the next H−1 steps."""
-    tags = "".join(f"<state{h}>...</state{h}>" for h in range(1, horizon + 1))
-    steps = "the next observation" if horizon == 1 else f"the next {horizon} observations"
     content = (
         f"{instruction.strip()}\n\nCurrent observation: {observation[:max_observation_chars]}\n"
-        f"Action taken: {action}\n\nPredict {steps} the environment will show, "
-        f"in this format: {tags}"
+        + prediction_request(action, horizon)
     )
     return [
         {"role": "system", "content": "You predict how a text environment responds to actions."},
@@ -87,8 +104,11 @@ class PredictionExtension:
 
     name = "wia"
 
-    def __init__(self, horizon: int, *, max_new_tokens: int, temperature: float, top_p: float):
+    def __init__(
+        self, horizon: int, *, max_new_tokens: int, temperature: float, top_p: float, prompt: str = "continuation"
+    ):
         self.horizon = horizon
+        self.prompt = prompt  # continuation | separate (``wia.prompt``)
         self.sampling = SamplingParams(
             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stop=stop_strings(horizon)
         )
@@ -96,18 +116,7 @@ class PredictionExtension:
     def after_actions(self, engine, turns) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = [{"predictions": []} for _ in turns]
         rows = [i for i, turn in enumerate(turns) if turn.valid]
-        prompts = [
-            engine.encode_chat(
-                predictor_messages(
-                    instruction=turns[i].instruction,
-                    observation=turns[i].observation,
-                    action=turns[i].action,
-                    horizon=self.horizon,
-                ),
-                response_prefix=PREFIX,
-            )
-            for i in rows
-        ]
+        prompts = [self.prompt_ids(engine, turns[i]) for i in rows]
         if prompts:
             for i, gen in zip(rows, engine.generate(prompts, self.sampling)):
                 records[i] = {
@@ -117,6 +126,18 @@ class PredictionExtension:
                     "logprobs": gen.logprobs,
                 }
         return records
+
+    def prompt_ids(self, engine, turn) -> list[int]:
+        """The prediction prompt of one turn (``wia.prompt``; the module docstring)."""
+        if self.prompt == "continuation" and turn.prompt_ids:
+            request = [{"role": "user", "content": prediction_request(turn.action, self.horizon)}]
+            ids = engine.extend_chat(turn.prompt_ids, turn.action_ids, request, response_prefix=PREFIX)
+            if len(ids) < engine.max_prompt_tokens:
+                return ids
+        messages = predictor_messages(
+            instruction=turn.instruction, observation=turn.observation, action=turn.action, horizon=self.horizon
+        )
+        return engine.encode_chat(messages, response_prefix=PREFIX)
 
     def finish(self, trajectory: Trajectory) -> None:
         score_predictions(trajectory, self.horizon)
@@ -181,7 +202,11 @@ class WorldInAgent(Method):
         settings = context.settings
         self.horizon = config.horizon or algos.prediction_horizon(settings.max_steps, config.horizon_fraction)
         self.extension = PredictionExtension(
-            self.horizon, max_new_tokens=config.max_new_tokens, temperature=settings.temperature, top_p=settings.top_p
+            self.horizon,
+            max_new_tokens=config.max_new_tokens,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            prompt=config.prompt,
         )
 
     @classmethod
