@@ -13,6 +13,7 @@ from roleagent.envs import EnvSpec, register_env
 from roleagent.envs.base import StepResult
 from roleagent.envs.scripted import ScriptedEnv
 from roleagent.trainer import Trainer
+from roleagent.types import Step, Task, Trajectory
 
 
 class LuckyEnv(ScriptedEnv):
@@ -110,3 +111,22 @@ def assert_same_run(a: Path, b: Path, *, memory: bool = True) -> None:
     assert (a / "eval_table.txt").read_text() == (b / "eval_table.txt").read_text()
     if memory:
         assert memory_rows(a) == memory_rows(b)
+
+
+def make_trajectory(task_id: str, rewards, states=None, *, crashed: bool = False) -> Trajectory:
+    """A scripted-env trajectory with one valid one-token action per reward (states s0, s1, ...)."""
+    steps = [
+        Step(
+            observation=s,
+            state_key=s,
+            prompt_ids=[1],
+            action_ids=[2],
+            action_logprobs=[0.0],
+            action_text="a",
+            action="a",
+            valid=True,
+            reward=r,
+        )
+        for r, s in zip(rewards, states or [f"s{i}" for i in range(len(rewards))])
+    ]
+    return Trajectory(task=Task(task_id, "scripted"), steps=steps, crashed=crashed)

@@ -18,7 +18,7 @@ from roleagent.config import AlgoConfig, ConfigError, load_config
 from roleagent.trainer import Trainer
 from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.types import Step, Task, Trajectory
-from tests.run_helpers import TINY
+from tests.run_helpers import TINY, make_trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,26 +146,10 @@ def test_external_method_settings_are_typed(external):
         load_config(None, TINY + ["methods=[seal]"])
 
 
-def _traj(task_id, rewards, states):
-    steps = [
-        Step(
-            observation=s,
-            state_key=s,
-            prompt_ids=[1],
-            action_ids=[2],
-            action_logprobs=[0.0],
-            action_text="a",
-            action="a",
-            valid=True,
-            reward=r,
-        )
-        for r, s in zip(rewards, states)
-    ]
-    return Trajectory(task=Task(task_id, "scripted"), steps=steps)
-
-
 def test_external_estimator_by_name(external):
-    batch = StepBatch.from_trajectories([_traj("a", [0, 1], ["x", "y"]), _traj("a", [0, 0], ["x", "z"])])
+    batch = StepBatch.from_trajectories(
+        [make_trajectory("a", [0, 1], ["x", "y"]), make_trajectory("a", [0, 0], ["x", "z"])]
+    )
     plain = compute_advantages(batch, AlgoConfig(name="grpo")).value
     doubled = compute_advantages(batch, AlgoConfig(name="ext_method_mod:doubled_grpo"))
     np.testing.assert_allclose(doubled.value, 2 * plain)
@@ -175,7 +159,7 @@ def test_external_estimator_by_name(external):
 
 def test_gigpo_parts_add_up_and_name_the_state_groups():
     # GiGPO's worked example (algos.gigpo_advantages): γ = 0.5, mean_norm
-    batch = StepBatch.from_trajectories([_traj("g", [0, 1], ["s0", "s1"]), _traj("g", [0], ["s0"])])
+    batch = StepBatch.from_trajectories([make_trajectory("g", [0, 1], ["s0", "s1"]), make_trajectory("g", [0], ["s0"])])
     out = compute_advantages(batch, AlgoConfig(name="gigpo", gamma=0.5, norm="mean_norm"))
     np.testing.assert_allclose(out.parts["episode"], [1 / 3, 1 / 3, -2 / 3])
     np.testing.assert_allclose(out.parts["step"], [0.25, 0.0, -0.25])

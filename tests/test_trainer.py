@@ -13,8 +13,7 @@ from roleagent.trainer import Trainer
 from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.trainer.checkpoint import read_checkpoint
 from roleagent.trainer.update import TrainSample, Updater, micro_batches
-from roleagent.types import Step, Task, Trajectory
-from tests.run_helpers import AIW, config, metrics, run, trainable
+from tests.run_helpers import AIW, config, make_trajectory, metrics, run, trainable
 
 
 def _sample(policy, advantage):
@@ -48,27 +47,8 @@ def test_micro_batches_respect_token_budget():
     assert all(len(b) * max(s.length for s in b) <= 80 or len(b) == 1 for b in batches)
 
 
-def _traj(task_id, rewards, crashed=False, states=None):
-    task = Task(task_id, "scripted")
-    steps = [
-        Step(
-            observation=s,
-            state_key=s,
-            prompt_ids=[1],
-            action_ids=[2],
-            action_logprobs=[0.0],
-            action_text="a",
-            action="a",
-            valid=True,
-            reward=r,
-        )
-        for r, s in zip(rewards, states or [f"s{i}" for i in range(len(rewards))])
-    ]
-    return Trajectory(task=task, steps=steps, crashed=crashed)
-
-
 def test_step_batch_skips_crashed_and_matches_grpo():
-    trajectories = [_traj("a", [0, 1]), _traj("a", [0, 0]), _traj("a", [1], crashed=True)]
+    trajectories = [make_trajectory("a", [0, 1]), make_trajectory("a", [0, 0]), make_trajectory("a", [1], crashed=True)]
     batch = StepBatch.from_trajectories(trajectories)
     assert len(batch) == 4 and list(batch.traj_ids) == [0, 0, 1, 1]
     adv = compute_advantages(batch, AlgoConfig(name="grpo")).value
@@ -77,7 +57,7 @@ def test_step_batch_skips_crashed_and_matches_grpo():
 
 
 def test_role_agent_without_wia_uses_task_return_only():
-    trajectories = [_traj("a", [0, 1], states=["x", "y"]), _traj("a", [0, 0], states=["x", "z"])]
+    trajectories = [make_trajectory("a", [0, 1], states=["x", "y"]), make_trajectory("a", [0, 0], states=["x", "z"])]
     batch = StepBatch.from_trajectories(trajectories)
     without = compute_advantages(batch, AlgoConfig(name="role_agent", gamma=1.0)).value  # no WIA records
     for t in batch.trajectories:
