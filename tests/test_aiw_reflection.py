@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY
 from roleagent.methods.role_agent.aiw.prompts import analysis_messages, render_trajectory, task_instruction
 from roleagent.methods.role_agent.aiw.reflection import (
     fallback_reflection,
@@ -13,19 +14,7 @@ from roleagent.methods.role_agent.aiw.reflection import (
 )
 from roleagent.types import Step, Task, Trajectory
 
-ALFWORLD = (
-    "repetitive_exploration",
-    "wrong_target_location",
-    "wrong_receptacle",
-    "premature_give_up",
-    "missing_precondition",
-    "repeated_failed_action",
-    "navigation_loop",
-    "entity_confusion",
-    "wrong_object_interaction",
-    "exhaustive_exploration_failure",
-    "action_format_error",
-)
+ALFWORLD = FAILURE_TAXONOMY  # Role-Agent Table 6, ALFWorld
 
 
 def step(obs: str, action: str, valid: bool = True) -> Step:
