@@ -94,6 +94,29 @@ def test_cpu_deadline_interrupts_python_code_and_nests():
                 pass
 
 
+def test_a_block_can_tell_its_own_deadline_from_an_enclosing_one():
+    # A tool call's handler must not swallow the step's deadline as its own timeout.
+    if not deadline_supported():
+        pytest.skip("needs the main thread and setitimer")
+    seen = []
+    with pytest.raises(DeadlineExceeded):
+        with cpu_deadline(0.2) as step:
+            try:
+                with cpu_deadline(10.0) as call:
+                    while True:
+                        pass
+            except DeadlineExceeded:
+                seen.append((call.expired, step.expired))
+                raise
+    assert seen == [(False, True)]
+    with cpu_deadline(10.0) as step:
+        with pytest.raises(DeadlineExceeded):
+            with cpu_deadline(0.2) as call:
+                while True:
+                    pass
+    assert call.expired and not step.expired
+
+
 def test_cpu_deadline_is_not_enforced_off_the_main_thread():
     seen = []
 

@@ -91,7 +91,17 @@ def truncate(text: str, limit: int) -> str:
 
 # ------------------------------------------------------------------ CPU time --------
 
-_deadlines: list[float] = []  # absolute process_time() deadlines, outermost first
+
+@dataclasses.dataclass
+class Deadline:
+    """One ``cpu_deadline`` block: its absolute ``process_time()`` limit, and whether it is
+    the limit that fired (so a nested block can tell its own timeout from an outer one)."""
+
+    at: float
+    expired: bool = False
+
+
+_deadlines: list[Deadline] = []  # outermost first
 
 
 def deadline_supported() -> bool:
@@ -101,7 +111,10 @@ def deadline_supported() -> bool:
 
 def _on_sigprof(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
     now = time.process_time()
-    if _deadlines and now >= min(_deadlines) - 1e-3:
+    fired = [d for d in _deadlines if now >= d.at - 1e-3]
+    if fired:
+        for deadline in fired:
+            deadline.expired = True
         signal.setitimer(signal.ITIMER_PROF, 0.05)  # fire again if a bare except swallows it
         raise DeadlineExceeded("CPU time limit exceeded")
     _arm()  # a stale tick (an inner deadline already left): wait for the real one
@@ -109,30 +122,32 @@ def _on_sigprof(signum, frame) -> None:  # noqa: ARG001 - signal handler signatu
 
 def _arm() -> None:
     if _deadlines:
-        remaining = min(_deadlines) - time.process_time()
+        remaining = min(d.at for d in _deadlines) - time.process_time()
         signal.setitimer(signal.ITIMER_PROF, max(remaining, 1e-4))
     else:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 @contextmanager
-def cpu_deadline(seconds: float | None) -> Iterator[None]:
+def cpu_deadline(seconds: float | None) -> Iterator[Deadline]:
     """Raise ``DeadlineExceeded`` inside the block once it has used ``seconds`` of CPU
     time (the whole process's user + system time, measured by ``ITIMER_PROF``).
-    ``None`` or ``<= 0``, or a thread other than the main one: no limit."""
+    ``None`` or ``<= 0``, or a thread other than the main one: no limit. The yielded
+    :class:`Deadline` says whether this block's own limit fired (``expired``); when an
+    enclosing block's limit fired instead, a handler of the inner block must re-raise."""
+    deadline = Deadline(at=time.process_time() + (seconds or 0.0))
     if not seconds or seconds <= 0 or not deadline_supported():
-        yield
+        yield deadline
         return
-    outermost = not _deadlines
-    previous = signal.signal(signal.SIGPROF, _on_sigprof) if outermost else None
-    _deadlines.append(time.process_time() + seconds)
+    depth = len(_deadlines)
+    previous = signal.signal(signal.SIGPROF, _on_sigprof) if depth == 0 else None
+    _deadlines.append(deadline)
     try:
         _arm()
-        yield
+        yield deadline
     finally:
-        _deadlines.pop()
-        try:
-            _arm()
-        finally:
-            if outermost:
-                signal.signal(signal.SIGPROF, previous if previous is not None else signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_PROF, 0)  # no tick between here and the cleanup
+        del _deadlines[depth:]
+        _arm()  # an enclosing block's limit that already passed fires right away
+        if depth == 0:
+            signal.signal(signal.SIGPROF, previous if previous is not None else signal.SIG_DFL)

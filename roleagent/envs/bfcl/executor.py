@@ -256,10 +256,12 @@ class Backends:
         stateful = type(instance).__name__ not in STATELESS_CLASSES
         saved = copy.deepcopy(instance.__dict__) if stateful else None
         try:
-            with numeric_contexts(), cpu_deadline(self.call_cpu_seconds):
+            with numeric_contexts(), cpu_deadline(self.call_cpu_seconds) as deadline:
                 value = bound(**kwargs)
                 result = format_result(value)
         except DeadlineExceeded:
+            if not deadline.expired:  # the step's own deadline (an enclosing block) fired
+                raise
             return self._undo(
                 instance,
                 saved,
