@@ -26,6 +26,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from roleagent.envs.safety import describe_error
 from roleagent.plugins import PluginError, entry_points, load_object, resolve
 from roleagent.types import Task, Trajectory
 
@@ -81,7 +82,7 @@ class Environment:
         the step becomes an error observation instead of a crashed episode. The default
         ends the episode as a failure (the environment's state after an exception is not
         trusted); an environment whose state stays consistent may continue instead."""
-        message = f"{type(error).__name__}: {error}"[:500]
+        message = describe_error(error)
         return StepResult(
             f"Error: the environment could not process this action ({message}).",
             0.0,

@@ -74,6 +74,21 @@ def sanitize(value: Any, _depth: int = 0) -> Any:
     return value
 
 
+def describe_error(error: BaseException, *, with_type: bool = True, limit: int | None = 500) -> str:
+    """``"ValueError: message"`` (or the message alone), at most ``limit`` characters; never
+    raises, though ``str()`` of an exception can (its class name is the fallback).
+
+    >>> describe_error(ValueError("bad value"))
+    'ValueError: bad value'
+    """
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 - str() of an exception can itself raise
+        return type(error).__name__
+    text = f"{type(error).__name__}: {text}" if with_type else text
+    return text[:limit] if limit else text
+
+
 def truncate(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters plus a note saying how much was cut:
     the first three quarters of the budget from the head, the last quarter from the tail.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roleagent.envs.base import Environment, StepResult, factory_of, instantiate, make_env
-from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, sanitize, sanitize_text, truncate
+from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, describe_error, sanitize, truncate
 from roleagent.types import Task, Trajectory
 
 
@@ -49,7 +49,7 @@ def _handle(env: Environment, command: str, args: tuple) -> Any:
 
 
 def _reply(env: Environment, observation: str, result: StepResult | None, info: dict | None) -> EnvReply:
-    observation = truncate(sanitize_text(str(observation)), env.max_observation_chars)
+    observation = truncate(str(observation), env.max_observation_chars)  # sanitized by _handle
     if result is None:
         return EnvReply(observation, env.state_key(observation), info=info, admissible=env.admissible_actions())
     return EnvReply(
@@ -68,18 +68,12 @@ def _step(env: Environment, action: str) -> EnvReply:
     except (Exception, DeadlineExceeded) as error:  # noqa: BLE001 - model-caused: not a crash
         result = env.step_failed(action, error)
         info = dict(result.info or {})
-        info.setdefault("step_error", _describe(error))
+        info.setdefault("step_error", describe_error(error))
         try:
             return _reply(env, result.observation, result, info)
         except Exception:  # noqa: BLE001 - the state itself is broken: end the episode
-            return EnvReply(sanitize_text(result.observation), None, float(result.reward), True, info, None)
-
-
-def _describe(error: BaseException) -> str:
-    try:
-        return f"{type(error).__name__}: {error}"[:500]
-    except Exception:  # noqa: BLE001 - str() of an exception can itself raise
-        return type(error).__name__
+            observation = truncate(str(result.observation), env.max_observation_chars)
+            return EnvReply(observation, None, float(result.reward), True, info, None)
 
 
 def _dispatch(env: Environment, command: str, args: tuple) -> Any:

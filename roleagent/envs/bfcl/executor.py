@@ -63,7 +63,7 @@ from roleagent.envs.bfcl.limits import (
     state_size,
 )
 from roleagent.envs.bfcl.parsing import ParsedCall
-from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, truncate
+from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, describe_error, truncate
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -271,8 +271,16 @@ class Backends:
                 f"the call used more than {self.call_cpu_seconds:g} s of CPU time",
             )
         except Exception as exc:  # noqa: BLE001 - a backend error is an observation
-            message = f"Error during execution: {_message(exc)}"
-            return CallRecord(name, kwargs, EXEC_ERROR, message, _message(exc), "exec_error", call.raw)
+            message = f"Error during execution: {describe_error(exc, with_type=False, limit=None)}"
+            return CallRecord(
+                name,
+                kwargs,
+                EXEC_ERROR,
+                message,
+                describe_error(exc, with_type=False, limit=None),
+                "exec_error",
+                call.raw,
+            )
         if stateful:
             items, chars = state_size(instance)
             if items > MAX_STATE_ITEMS or chars > MAX_STATE_CHARS:
@@ -307,13 +315,6 @@ class Backends:
             c: {k: copy.deepcopy(v) for k, v in vars(i).items() if not k.startswith("_")}
             for c, i in self.instances.items()
         }
-
-
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - str() of an exception can itself raise
-        return type(exc).__name__
 
 
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
