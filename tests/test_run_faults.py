@@ -248,3 +248,18 @@ def test_cli_reports_a_busy_run_dir_in_one_line(tmp_path, capsys):
     assert code == 3
     assert err.startswith("run directory error: ") and err.count("\n") == 1, err
     assert "in use by another trainer" in err
+
+
+def test_starting_over_does_not_keep_the_earlier_runs_checkpoints(tmp_path):
+    # With --no-resume, an earlier run's higher-numbered checkpoints used to outrank and
+    # prune the new run's, leaving `latest` dangling.
+    run_dir = tmp_path / "run"
+    run(run_dir, 3)
+    run(run_dir, 1, resume=False)
+    folders = sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*"))
+    assert folders == ["iter_000000"]
+    resumed = Trainer(config(run_dir, 1), quiet=True)
+    try:
+        assert resumed.finished and resumed.start_iteration == 1
+    finally:
+        resumed.close()

@@ -6,6 +6,7 @@ iteration."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ def prepare_run_files(
                 f"{run_dir / 'checkpoints'} holds none: refusing to restart from iteration 0 "
                 "over this run (restore the checkpoints, or start over with --no-resume)"
             )
+    if not resume:  # starting over: an earlier run's checkpoints would outrank (and prune) the new ones
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     metrics.reset()
     for method in methods:
         method.start_fresh()
