@@ -306,11 +306,18 @@ class AgentInWorld:
         self.counters.update({k: int(v) for k, v in state.get("counters", {}).items()})
         last = state.get("last_iteration")
         self.last_iteration = None if last is None else int(last)
-        removed = self.memory.truncate_after(-1 if last is None else int(last))
+        # Cut back, verify, then commit: a memory that is not the recorded one (a lost file
+        # or WAL) is an error, and loses nothing to the attempt.
+        removed = self.memory.truncate_after(-1 if last is None else int(last), commit=False)
+        try:
+            if state.get("memory") is not None:
+                self.memory.verify(state["memory"])
+        except BaseException:
+            self.memory.rollback()
+            raise
+        self.memory.commit()
         if removed:
             log.info("AIW: dropped %d failure records newer than the checkpoint", removed)
-        if state.get("memory") is not None:  # a lost file or WAL is an error, not a new memory
-            self.memory.verify(state["memory"])
         self.retriever.reset()
 
     def reset(self) -> None:

@@ -138,11 +138,12 @@ class FailureMemory:
     def rollback(self) -> None:
         self._conn.rollback()
 
-    def truncate_after(self, iteration: int) -> int:
+    def truncate_after(self, iteration: int, *, commit: bool = True) -> int:
         """Delete failures and retrievals of iterations > ``iteration`` (resume from a
         checkpoint taken at ``iteration``; -1 empties the memory), rebuild mode statistics
         and rewind the id counters, so rows written again get the ids an uninterrupted run
-        gives them. Returns the number of failures removed. Commits."""
+        gives them. Returns the number of failures removed. Commits unless ``commit`` is
+        false (the caller then commits or rolls back)."""
         cur = self._conn.cursor()
         cur.execute(
             "DELETE FROM retrievals WHERE iteration > ? OR failure_id IN (SELECT id FROM failures WHERE iteration > ?)",
@@ -162,7 +163,8 @@ class FailureMemory:
             cur.execute(
                 f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(id), 0) FROM {table}) WHERE name = ?", (table,)
             )
-        self._conn.commit()
+        if commit:
+            self._conn.commit()
         return int(removed)
 
     def record(self) -> dict[str, Any]:
