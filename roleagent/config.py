@@ -81,7 +81,7 @@ class RolloutConfig:
         "window: each step's prompt is rebuilt from the instruction, the last `history` steps and the "
         "current observation (paper parity) | full: the whole episode as one growing chat, each "
         "turn continuing the previous prompt and action token for token (its KV is reused with "
-        "prefix_cache_tokens > 0); a chat that would reach max_prompt_tokens restarts from the "
+        "prefix_cache_tokens > 0); a chat that would exceed max_prompt_tokens restarts from the "
         "window prompt. Environments that report their chat messages (BFCL) keep their own path",
     )
     prefix_cache_tokens: int = _f(

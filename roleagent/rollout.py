@@ -31,7 +31,7 @@ Context modes (``RolloutSettings.context``):
   then the new observation with the admissible actions and the answer format
   (``actor.observation_message``; after an invalid output the message starts with
   "Invalid action format."). With the engine's prefix cache only the new message is
-  prefilled. When that continuation would reach the engine's ``max_prompt_tokens`` it is
+  prefilled. When that continuation would exceed the engine's ``max_prompt_tokens`` it is
   not left-truncated: the episode restarts from its window prompt (which shows the last
   ``history`` steps) and grows from there (counted in ``RolloutStats.context_restarts``).
   Environments that report their chat messages (BFCL) keep their transcript prompt.
@@ -175,9 +175,9 @@ def _actor_prompt(e: _Episode, settings: RolloutSettings, engine: Engine, count_
         if e.trajectory.steps and not e.trajectory.steps[-1].valid:
             content = "Invalid action format.\n\n" + content
         ids = engine.extend_chat(*e.last_turn, [{"role": "user", "content": content}], response_prefix=prefix)
-        if len(ids) < engine.max_prompt_tokens:
+        if ids is not None:
             return ids
-        stats.context_restarts += 1  # would reach the limit: restart from the window prompt
+        stats.context_restarts += 1  # over the limit: restart from the window prompt
     return engine.encode_chat(_actor_messages(e, settings, engine, count_tokens), response_prefix=prefix)
 
 

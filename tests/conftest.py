@@ -48,7 +48,8 @@ class ScriptedEngine:
     max_prompt_tokens = 1 << 30
 
     def extend_chat(self, prompt_ids, generated_ids, messages, *, response_prefix=""):
-        return list(prompt_ids) + list(generated_ids) + self.encode_chat(messages, response_prefix=response_prefix)
+        ids = list(prompt_ids) + list(generated_ids) + self.encode_chat(messages, response_prefix=response_prefix)
+        return ids if len(ids) <= self.max_prompt_tokens else None
 
     def weights_changed(self):
         pass

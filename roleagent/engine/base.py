@@ -57,13 +57,14 @@ class Engine(Protocol):
         messages: list[dict[str, str]],
         *,
         response_prefix: str = "",
-    ) -> list[int]:
+    ) -> list[int] | None:
         """A prompt that continues ``prompt_ids`` + ``generated_ids`` (an assistant turn as
         sampled, its ids kept) with ``messages`` and a newly opened assistant turn, token
         for token as :meth:`encode_chat` would encode the whole conversation. An engine
         with prefix reuse then prefills only the new part (World-In-Agent's prediction
-        prompt, ``rollout.context=full``). Like ``encode_chat`` it keeps the last
-        ``max_prompt_tokens`` tokens; callers that must not lose the start compare lengths."""
+        prompt, ``rollout.context=full``). ``None`` when the continuation would be longer
+        than ``max_prompt_tokens``: a continuation is never truncated (the caller builds a
+        shorter prompt instead)."""
         ...
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:

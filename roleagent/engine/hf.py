@@ -100,19 +100,20 @@ class HFEngine:
         messages: list[dict[str, str]],
         *,
         response_prefix: str = "",
-    ) -> list[int]:
+    ) -> list[int] | None:
         """A prompt that continues ``prompt_ids`` + ``generated_ids`` (an assistant turn as
         sampled) with ``messages`` and a new assistant turn, token for token, so that with
         prefix reuse only the new part is prefilled. E.g. the World-In-Agent prediction
         prompt: ``extend_chat(action_prompt, action.ids, [{"role": "user", "content":
         request}], response_prefix="<state1>")``. The ids of ``generated_ids`` are kept as
         sampled (not re-tokenised from text); an end-of-turn token the model already
-        emitted is not repeated."""
+        emitted is not repeated. ``None`` when longer than ``max_prompt_tokens`` (never
+        truncated: a cut continuation would be neither the conversation nor reusable)."""
         tail = encode_followup(self.tokenizer, messages, response_prefix=response_prefix)
         if generated_ids and tail and generated_ids[-1] == tail[0] == self.tokenizer.eos_token_id:
             tail = tail[1:]
         ids = list(prompt_ids) + list(generated_ids) + tail
-        return ids[-self.max_prompt_tokens :]
+        return ids if len(ids) <= self.max_prompt_tokens else None
 
     # ------------------------------------------------------------- generation --------
 
@@ -298,6 +299,3 @@ def _select_cache_rows(cache, index: torch.Tensor) -> None:
         return
     for layer in cache.layers:
         layer.batch_select_indices(index)
-
-
-# ------------------------------------------------------------------ chat encoding ------

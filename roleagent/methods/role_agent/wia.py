@@ -18,7 +18,7 @@ module is the one place that says so:
    (:func:`prediction_request`: the action taken and the states to predict), so the
    predictor sees the same information plus the actor's context, and with the engine's
    prefix cache the action pass's KV is reused (only the request is prefilled). A
-   continuation that would reach the engine's ``max_prompt_tokens`` falls back to the
+   continuation that would exceed the engine's ``max_prompt_tokens`` falls back to the
    separate prompt for that turn (never left-truncated);
 2. :class:`PredictionExtension`: that prediction as one more batched generation per
    rollout turn, recorded in ``step.extras["wia"]`` (``predictions``; ``prompt_ids``,
@@ -132,7 +132,7 @@ class PredictionExtension:
         if self.prompt == "continuation" and turn.prompt_ids:
             request = [{"role": "user", "content": prediction_request(turn.action, self.horizon)}]
             ids = engine.extend_chat(turn.prompt_ids, turn.action_ids, request, response_prefix=PREFIX)
-            if len(ids) < engine.max_prompt_tokens:
+            if ids is not None:
                 return ids
         messages = predictor_messages(
             instruction=turn.instruction, observation=turn.observation, action=turn.action, horizon=self.horizon
