@@ -79,12 +79,10 @@ def build_methods(cfg: Any, context: MethodContext) -> list[Method]:
     """Instances of the enabled methods, in the order their hooks run."""
     methods = []
     try:
-        for section, ref in METHODS.items():
-            if getattr(cfg, section).enabled:
-                methods.append(load_object(ref)(context, getattr(cfg, section)))
-        for ref in cfg.methods:
-            cls = external_class(ref)
-            methods.append(cls(context, _settings(cls, cfg)))
+        for cls in method_classes(cfg):
+            built_in = METHODS.get(cls.name) == f"{cls.__module__}:{cls.__qualname__}"
+            config = getattr(cfg, cls.name) if built_in else _settings(cls, cfg)
+            methods.append(cls(context, config))
     except BaseException:
         for method in methods:
             method.close()

@@ -53,17 +53,12 @@ def validate_seal(cfg) -> None:
     ``env.eval_split`` sees the plain benchmark interface.
     """
     s, kwargs = cfg.seal, cfg.env.kwargs
+    from roleagent.envs.base import env_class, factory_of
+
     try:
-        import importlib
-
-        from roleagent.envs.base import factory_of
-
-        module, name = factory_of(cfg.env.name).split(":")
-        labelled = bool(getattr(getattr(importlib.import_module(module), name), "diagnosis_turn_labels", False))
-    except LookupError as error:  # plugins.PluginError: no such environment
+        labelled = bool(getattr(env_class(factory_of(cfg.env.name)), "diagnosis_turn_labels", False))
+    except LookupError as error:  # plugins.PluginError: no such environment, or not importable
         raise ConfigError(f"env.name: {error}") from error
-    except ImportError:
-        labelled = cfg.env.name == "bfcl"
     if not labelled:
         raise ConfigError(
             f"seal.enabled needs an environment whose diagnose() returns turn labels "
@@ -79,8 +74,6 @@ def validate_seal(cfg) -> None:
             "seal.interface_updates updates the evolved interface: it needs "
             "seal.interface_evolution=true (set seal.interface_updates=false for the plain interface)"
         )
-    if not 0 < s.w_min <= 1 <= s.w_max:
-        raise ConfigError("seal.w_min must be in (0, 1] and seal.w_max >= 1 (weights stay positive)")
     if any(not isinstance(v, (int, float)) or v <= 0 for v in s.utilities.values()):
         raise ConfigError("seal.utilities values must be positive numbers")
     interface = kwargs.get("interface")

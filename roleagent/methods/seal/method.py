@@ -106,7 +106,6 @@ class SealMethod(Method):
         and profile pushes; ``context`` may be None without one); ``diagnose`` replaces
         the pool's replay with an in-process function (tests)."""
         super().__init__(context, cfg)
-        self.cfg = cfg
         self.pool = getattr(context, "pool", None)
         pool = self.pool
         self._diagnose = diagnose
@@ -167,7 +166,7 @@ class SealMethod(Method):
             if t.crashed or not t.steps or t.diagnosis is not None:
                 continue
             t.diagnosis = _last_diagnosis(t)
-            if t.diagnosis is None and self.cfg.diagnose_unfinished:
+            if t.diagnosis is None and self.config.diagnose_unfinished:
                 todo.append(t)
         if not todo:
             return
@@ -208,7 +207,7 @@ class SealMethod(Method):
         self.prepare_diagnoses(trajectories)
         diagnoses = [self.diagnosis(t) for t in trajectories]
         labels = [d["turn_labels"] if d is not None else [] for d in diagnoses]
-        w = seal_trajectory_weights(labels, self.current_utilities(), w_min=self.cfg.w_min, w_max=self.cfg.w_max)
+        w = seal_trajectory_weights(labels, self.current_utilities(), w_min=self.config.w_min, w_max=self.config.w_max)
         w[[i for i, d in enumerate(diagnoses) if d is None]] = 1.0
         return w
 
@@ -221,7 +220,7 @@ class SealMethod(Method):
         w = self.trajectory_weights(batch.trajectories)
         diagnosed = [self.diagnosis(t) is not None for t in batch.trajectories]
         for trajectory, weight in zip(batch.trajectories, w):
-            trajectory.extras["seal"] = {"weight": float(weight), "applied": bool(self.cfg.reweight)}
+            trajectory.extras["seal"] = {"weight": float(weight), "applied": bool(self.config.reweight)}
         self._batch_metrics = {
             "weight_mean": float(w.mean()),
             "weight_min": float(w.min()),
@@ -231,7 +230,7 @@ class SealMethod(Method):
                 np.mean([isinstance(t.diagnosis, dict) and "unavailable" in t.diagnosis for t in batch.trajectories])
             ),
         }
-        if not self.cfg.reweight or len(advantages) == 0:
+        if not self.config.reweight or len(advantages) == 0:
             return advantages
         adjusted = reweight_advantages(advantages, expand_to_samples(w, batch.traj_ids))
         self._batch_metrics["advantage_abs_mean_before"] = float(np.abs(advantages).mean())
@@ -269,7 +268,7 @@ class SealMethod(Method):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        ema_state = state.get("utility_ema", state.get("closed_loop"))  # older checkpoints: closed_loop
+        ema_state = state.get("utility_ema")
         if self.ema is not None and ema_state is not None:
             self.ema.load_state_dict(ema_state)
         if self.profile is not None and state.get("profile") is not None:
