@@ -7,7 +7,8 @@ retriever). Paths:
 * ``old``  — no prefix KV reuse, sliding-window prompts, the World-In-Agent prediction as
   a separate prompt, one training sample per turn;
 * ``new``  — prefix KV reuse (32768 tokens), the prediction prompt as a continuation of
-  the action prompt (its KV reused), window prompts;
+  the action prompt (its KV reused), window prompts (``optim.pack_episodes`` is on, the
+  shipped default, but window turns never nest, so nothing is packed);
 * ``full`` — as ``new``, with the full interaction as context (the prompt only grows, so
   each turn reuses the previous turn's KV) and each episode trained as one packed sequence.
 
