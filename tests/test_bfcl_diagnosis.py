@@ -14,6 +14,7 @@ from roleagent.envs.bfcl.diagnosis import (
     priority_label,
     turn_label,
 )
+from tests.bfcl_helpers import bfcl_task
 
 
 def _call(name, status="ok", **arguments):
@@ -161,12 +162,7 @@ bfcl_eval = pytest.importorskip("bfcl_eval")
 
 from roleagent.envs.bfcl import data  # noqa: E402
 from roleagent.envs.bfcl.env import BFCLEnv  # noqa: E402
-from roleagent.types import Step, Task, Trajectory  # noqa: E402
-
-
-def _task(entry_id):
-    split = "eval" if entry_id in data.split_ids("eval") else "train"
-    return Task(id=data.task_id(split, entry_id), env="bfcl", payload={"entry_id": entry_id}, split=split)
+from roleagent.types import Step, Trajectory  # noqa: E402
 
 
 def _qwen(calls):
@@ -204,7 +200,7 @@ def _play(env, task, policy):
 
 def test_real_trace_labels_and_replay_agree():
     env = BFCLEnv()
-    task = _task("multi_turn_base_1")  # turns: ls(a) | cd+mv | cd+grep | tail
+    task = bfcl_task("multi_turn_base_1")  # turns: ls(a) | cd+mv | cd+grep | tail
 
     def policy(turn, gt):
         if turn == 0:
@@ -275,7 +271,7 @@ def test_real_trace_unreached_turns_follow_the_authors_padding():
 
 def test_real_trace_response_mismatch_and_recovery_failure():
     env = BFCLEnv()
-    task = _task("multi_turn_base_1")
+    task = bfcl_task("multi_turn_base_1")
 
     def policy(turn, gt):
         if turn == 2:  # grep for another pattern: state unchanged, response differs
@@ -312,7 +308,7 @@ def test_real_trace_response_mismatch_and_recovery_failure():
 
 def test_real_trace_recovery_failure():
     env = BFCLEnv()
-    task = _task("multi_turn_base_1")
+    task = bfcl_task("multi_turn_base_1")
 
     def policy(turn, gt):
         if turn == 3:  # an erroring call of another tool, and the needed call never made

@@ -21,6 +21,7 @@ from roleagent.envs.bfcl.env import BFCLEnv  # noqa: E402
 from roleagent.envs.bfcl.replay import replay  # noqa: E402
 from roleagent.envs.bfcl.report import bfcl_table, category_accuracies  # noqa: E402
 from roleagent.types import Step, Task, Trajectory  # noqa: E402
+from tests.bfcl_helpers import bfcl_task
 
 TRAIN_SHA = "439c9f6ee73c782339fee0385e22e1cf3771a62d00340e022dd5b897b15bd0ca"
 EVAL_SHA = "510ea42d711e6da648f291328ee708d18e3a4884fd0c1b85680af758ff7c23bb"
@@ -29,16 +30,6 @@ EVAL_SHA = "510ea42d711e6da648f291328ee708d18e3a4884fd0c1b85680af758ff7c23bb"
 @pytest.fixture(scope="module")
 def env() -> BFCLEnv:
     return BFCLEnv()
-
-
-def _task(env: BFCLEnv, entry_id: str, split: str = "eval") -> Task:
-    return Task(
-        id=data.task_id(split, entry_id),
-        env="bfcl",
-        payload={"entry_id": entry_id},
-        split=split,
-        metadata={"category": data.category_of(entry_id)},
-    )
 
 
 # ------------------------------------------------------------------ split ------------
@@ -73,7 +64,7 @@ def test_registry_and_unknown_split():
 
 
 def test_real_episode_protocol(env):
-    task = _task(env, "multi_turn_base_1")
+    task = bfcl_task("multi_turn_base_1", "eval")
     obs, info = env.reset(task, seed=0)
     assert "<tools>" in info["instruction"] and '"name": "ls"' in info["instruction"]
     assert "<tool_call>" in info["instruction"] and info["interface"] == "plain"
@@ -97,7 +88,7 @@ def test_real_episode_protocol(env):
 def test_miss_func_tools_revealed_on_their_turn(env):
     entry_id = "multi_turn_miss_func_0"  # 'sort' is held out until turn 3
     split = "train" if entry_id in data.split_ids("train") else "eval"
-    obs, info = env.reset(_task(env, entry_id, split), seed=0)
+    obs, info = env.reset(bfcl_task(entry_id, split), seed=0)
     assert '"name": "sort"' not in info["instruction"]
     assert "sort" not in env.episode.available
     seen = []
@@ -114,7 +105,7 @@ def test_miss_func_tools_revealed_on_their_turn(env):
 
 def test_python_call_format_episode():
     env = BFCLEnv(call_format="python")
-    obs, info = env.reset(_task(env, "multi_turn_base_1"), seed=0)
+    obs, info = env.reset(bfcl_task("multi_turn_base_1", "eval"), seed=0)
     assert "[func_name1(params_name1=params_value1" in info["instruction"]
     r = env.step("[ls(a=True)]")
     assert r.info["calls"][0]["status"] == "ok" and "workspace" in r.observation
@@ -124,7 +115,7 @@ def test_python_call_format_episode():
 
 def test_max_steps_force_terminates():
     env = BFCLEnv(max_steps=3)
-    env.reset(_task(env, "multi_turn_base_1"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_1", "eval"), seed=0)
     call = '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'
     results = [env.step(call) for _ in range(3)]
     assert [r.done for r in results] == [False, False, True]
@@ -134,7 +125,7 @@ def test_max_steps_force_terminates():
 
 def test_max_steps_per_turn_force_terminates():
     env = BFCLEnv(max_steps=50, max_steps_per_turn=2)
-    env.reset(_task(env, "multi_turn_base_1"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_1", "eval"), seed=0)
     call = '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'
     assert not env.step(call).done and not env.step(call).done
     r = env.step(call)
@@ -178,9 +169,9 @@ def test_expert_replay_train_former_exceptions_now_pass():
     parameter (bfcl runs it). Only the optional ``type_check`` still rejects the latter."""
     env = BFCLEnv()
     ids = ["multi_turn_miss_func_49", "multi_turn_base_173", "multi_turn_base_0"]
-    out = replay(env, [_task(env, i, "train") for i in ids])
+    out = replay(env, [bfcl_task(i, "train") for i in ids])
     assert not out["failures"], out["failures"]
-    out = replay(BFCLEnv(type_check=True), [_task(env, "multi_turn_base_173", "train")])
+    out = replay(BFCLEnv(type_check=True), [bfcl_task("multi_turn_base_173", "train")])
     assert [tid for tid, _ in out["failures"]] == ["bfcl/train/multi_turn_base_173"]
 
 
@@ -194,7 +185,7 @@ def test_step_limit_is_per_user_turn_as_bfcl():
 
     env = BFCLEnv()
     assert env.max_steps_per_turn == MAXIMUM_STEP_LIMIT == 20
-    env.reset(_task(env, "multi_turn_base_1"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_1", "eval"), seed=0)
     call = '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'
     for _ in range(20):
         assert not env.step(call).done
@@ -430,7 +421,7 @@ def test_verdict_matches_official_checker_on_protocol_probes(entry_id, edit, bfc
     kept the turn open after the latter, scoring 1 where bfcl scores 0)."""
     env = BFCLEnv()
     split = "train" if entry_id in data.split_ids("train") else "eval"
-    ours, official = _play_plan(env, _task(env, entry_id, split), edit)
+    ours, official = _play_plan(env, bfcl_task(entry_id, split), edit)
     assert official["valid"] is bfcl_valid, official
     assert ours["valid"] == official["valid"], (ours, official)
     if not official["valid"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from roleagent.roles.actor import TRIMMED_TOOL_RESULT, chat_messages
+from tests.bfcl_helpers import bfcl_task
 
 
 def _words(text: str) -> int:
@@ -62,23 +63,10 @@ from roleagent.envs.bfcl import data  # noqa: E402
 from roleagent.envs.bfcl.env import BFCLEnv  # noqa: E402
 
 
-def _task(entry_id: str):
-    from roleagent.types import Task
-
-    split = "train" if entry_id in data.split_ids("train") else "eval"
-    return Task(
-        id=data.task_id(split, entry_id),
-        env="bfcl",
-        payload={"entry_id": entry_id},
-        split=split,
-        metadata={"category": data.category_of(entry_id)},
-    )
-
-
 def _play(env: BFCLEnv, actions: list[str]) -> tuple[str, list[dict[str, str]]]:
     """What the rollout does: the reset messages, then per step the model's output as an
     assistant message followed by the step's messages."""
-    _, info = env.reset(_task("multi_turn_base_1"), seed=0)
+    _, info = env.reset(bfcl_task("multi_turn_base_1"), seed=0)
     transcript = list(info["messages"])
     for action in actions:
         r = env.step(action)
@@ -142,7 +130,7 @@ def test_rollout_prompts_carry_the_conversation(scripted_engine):
         run_episodes(
             engine=engine,
             pool=pool,
-            jobs=[(_task("multi_turn_base_1"), 0)],
+            jobs=[(bfcl_task("multi_turn_base_1"), 0)],
             settings=RolloutSettings(max_steps=4, action_format="raw"),
         )
     third = prompts[2]

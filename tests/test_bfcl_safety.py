@@ -13,16 +13,7 @@ pytest.importorskip("bfcl_eval")
 from roleagent.envs.bfcl import data  # noqa: E402
 from roleagent.envs.bfcl.env import BFCLEnv  # noqa: E402
 from roleagent.envs.bfcl.parsing import parse_turn  # noqa: E402
-from roleagent.types import Task  # noqa: E402
-
-
-def _task(entry_id: str) -> Task:
-    split = "eval" if entry_id in data.split_ids("eval") else "train"
-    return Task(id=data.task_id(split, entry_id), env="bfcl", payload={"entry_id": entry_id}, split=split)
-
-
-def _qwen(name, arguments) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+from tests.bfcl_helpers import bfcl_task, qwen_call
 
 
 @pytest.fixture
@@ -50,22 +41,22 @@ def _attempts(sentinel) -> dict[str, list[str]]:
     cmd = f"touch {sentinel}"
     return {
         "qwen": [
-            _qwen(f"__import__('os').system('{cmd}')", {}),
-            _qwen("__import__", {"name": "os"}),
-            _qwen("cd.__class__", {}),
-            _qwen("cd.__globals__", {}),
-            _qwen("__class__", {}),
-            _qwen("__init__", {}),
-            _qwen("_load_scenario", {"scenario": {}}),
-            _qwen("eval", {"source": f"__import__('os').system('{cmd}')"}),
-            _qwen("system", {"command": cmd}),
-            _qwen("cd", {"folder": {"__class__": "x"}}),  # type check
-            _qwen("cd", {"folder": "x", "__class__": 1}),  # unexpected argument
-            _qwen("cd", {}),  # missing required
+            qwen_call(f"__import__('os').system('{cmd}')", {}),
+            qwen_call("__import__", {"name": "os"}),
+            qwen_call("cd.__class__", {}),
+            qwen_call("cd.__globals__", {}),
+            qwen_call("__class__", {}),
+            qwen_call("__init__", {}),
+            qwen_call("_load_scenario", {"scenario": {}}),
+            qwen_call("eval", {"source": f"__import__('os').system('{cmd}')"}),
+            qwen_call("system", {"command": cmd}),
+            qwen_call("cd", {"folder": {"__class__": "x"}}),  # type check
+            qwen_call("cd", {"folder": "x", "__class__": 1}),  # unexpected argument
+            qwen_call("cd", {}),  # missing required
             '<tool_call>\n{"name": "cd", "arguments": {"folder": __import__(\'os\')}}\n</tool_call>',
             "<tool_call>{not json at all</tool_call>",
             "<tool_call>\n" + json.dumps({"name": "cd", "arguments": json.dumps({"folder": "x"})})[:-3],
-            _qwen("mkdir", {"dir_name": "d" * 20000}),  # oversized action
+            qwen_call("mkdir", {"dir_name": "d" * 20000}),  # oversized action
         ],
         "python": [
             f"[__import__('os').system('{cmd}')]",
@@ -91,7 +82,7 @@ def test_injection_attempts_run_nothing(tmp_path, no_eval, call_format):
     sentinel = tmp_path / "pwned"
     env = BFCLEnv(call_format=call_format, max_action_chars=10000, type_check=True)
     for attempt in _attempts(sentinel)[call_format]:
-        env.reset(_task("multi_turn_base_1"), seed=0)
+        env.reset(bfcl_task("multi_turn_base_1"), seed=0)
         before = env.episode.model.snapshot()
         r = env.step(attempt)
         assert not r.done, attempt
@@ -111,11 +102,11 @@ def test_string_values_are_data_not_code(tmp_path, monkeypatch, no_eval):
     monkeypatch.chdir(tmp_path)
     sentinel = tmp_path / "pwned"
     env = BFCLEnv()
-    env.reset(_task("multi_turn_base_1"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_1"), seed=0)
     payload = "__import__('os').system('touch pwned')"
-    r = env.step(_qwen("mkdir", {"dir_name": payload}))
+    r = env.step(qwen_call("mkdir", {"dir_name": payload}))
     assert r.info["calls"][0]["status"] == "ok"
-    r = env.step(_qwen("ls", {}))
+    r = env.step(qwen_call("ls", {}))
     assert payload in r.observation  # created as a plain directory name
     assert not sentinel.exists() and no_eval == []
 
@@ -124,24 +115,24 @@ def test_held_out_tool_runs_as_in_bfcl_without_eval(no_eval):
     """bfcl executes a held-out miss_func tool called before its turn (only its schema is
     hidden); we do too, through the same checks, never through eval."""
     env = BFCLEnv()
-    env.reset(_task("multi_turn_miss_func_0"), seed=0)  # 'sort' held out until turn 3
+    env.reset(bfcl_task("multi_turn_miss_func_0"), seed=0)  # 'sort' held out until turn 3
     assert "sort" not in env.episode.available
-    r = env.step(_qwen("sort", {"file_name": "final_report.pdf"}))
+    r = env.step(qwen_call("sort", {"file_name": "final_report.pdf"}))
     assert r.info["calls"][0]["status"] in ("ok", "tool_error") and no_eval == []
-    r = env.step(_qwen("tool_that_does_not_exist", {}))
+    r = env.step(qwen_call("tool_that_does_not_exist", {}))
     assert r.info["calls"][0]["error_kind"] == "unknown_tool"
 
 
 def test_oversized_and_too_many_calls_limits():
     turn = parse_turn("x" * 101, max_chars=100)
     assert turn.has_calls and turn.error and not turn.calls
-    many = "\n".join(_qwen("pwd", {}) for _ in range(5))
+    many = "\n".join(qwen_call("pwd", {}) for _ in range(5))
     turn = parse_turn(many, max_calls=4)
     assert turn.error and not turn.calls
     env = BFCLEnv(max_calls_per_step=4)
-    env.reset(_task("multi_turn_base_1"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_1"), seed=0)
     before = env.episode.model.snapshot()
-    r = env.step("\n".join(_qwen("mkdir", {"dir_name": f"d{i}"}) for i in range(5)))
+    r = env.step("\n".join(qwen_call("mkdir", {"dir_name": f"d{i}"}) for i in range(5)))
     assert r.info["action_valid"] is False and "nothing was executed" in r.info["decode_error"]
     assert r.info["turn_ended"]  # treated as a step bfcl could not decode
     assert env.episode.model.snapshot() == before
@@ -149,7 +140,7 @@ def test_oversized_and_too_many_calls_limits():
 
 def test_plain_text_with_code_is_just_text(no_eval):
     env = BFCLEnv()
-    env.reset(_task("multi_turn_base_1"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_1"), seed=0)
     r = env.step("print(__import__('os').listdir('/'))  # not a tool call, just talk")
     assert r.info["turn_ended"] and r.info["calls"] == []
 
@@ -179,7 +170,7 @@ def test_undecodable_file_name_reaches_the_tokenizer_as_text(tiny_policy):
 
     engine = HFEngine(tiny_policy)
     with _bfcl_pool() as pool:
-        pool.reset([(0, _task("multi_turn_base_3"), 0)])
+        pool.reset([(0, bfcl_task("multi_turn_base_3"), 0)])
         for name, arguments in [
             ("cd", {"folder": "\\ud800"}),
             ("mkdir", {"dir_name": "\\ud800"}),
@@ -199,8 +190,8 @@ def test_undecodable_file_name_reaches_the_tokenizer_as_text(tiny_policy):
 
 def test_result_formatting_error_is_an_exec_error_not_a_crash():
     with _bfcl_pool() as pool:
-        pool.reset([(0, _task(_first_with("MathAPI")), 0)])
-        reply = pool.step([(0, _qwen("power", {"base": 10, "exponent": 5000}))])[0]
+        pool.reset([(0, bfcl_task(_first_with("MathAPI")), 0)])
+        reply = pool.step([(0, qwen_call("power", {"base": 10, "exponent": 5000}))])[0]
     assert not reply.crashed and not reply.done
     call = reply.info["calls"][0]
     assert call["status"] == "exec_error" and "4300 digits" in call["result"]
@@ -213,7 +204,7 @@ def test_costly_arguments_are_refused_quickly_and_contexts_restored():
     import mpmath  # noqa: PLC0415
 
     env = BFCLEnv(max_steps=200, max_steps_per_turn=200)
-    env.reset(_task(_first_with("MathAPI")), seed=0)
+    env.reset(bfcl_task(_first_with("MathAPI")), seed=0)
     prec, dps = decimal.getcontext().prec, mpmath.mp.dps
     for name, arguments in [
         ("square_root", {"number": 2, "precision": 10**6}),
@@ -222,12 +213,12 @@ def test_costly_arguments_are_refused_quickly_and_contexts_restored():
         ("round_number", {"number": 5, "decimal_places": -(10**8)}),
     ]:
         started = time.perf_counter()
-        call = env.step(_qwen(name, arguments)).info["calls"][0]
+        call = env.step(qwen_call(name, arguments)).info["calls"][0]
         assert time.perf_counter() - started < 1.0, name
         assert call["status"] == "exec_error" and call["error_kind"] == "resource_limit", call
-    call = env.step(_qwen("square_root", {"number": 2, "precision": 40})).info["calls"][0]
+    call = env.step(qwen_call("square_root", {"number": 2, "precision": 40})).info["calls"][0]
     assert call["status"] == "ok" and "1.41421356237309504880168872420969807857" in call["result"]
-    env.step(_qwen("logarithm", {"value": 2, "base": 3, "precision": 60}))
+    env.step(qwen_call("logarithm", {"value": 2, "base": 3, "precision": 60}))
     assert (decimal.getcontext().prec, mpmath.mp.dps) == (prec, dps)
 
 
@@ -235,7 +226,7 @@ def test_tool_call_cpu_deadline(monkeypatch):
     from roleagent.envs.bfcl import executor  # noqa: PLC0415
 
     env = BFCLEnv()
-    env.reset(_task("multi_turn_base_3"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_3"), seed=0)
     fs_class = type(env.episode.model.instances["GorillaFileSystem"])
 
     def spinning_pwd(self):  # a backend that loops and swallows every Exception
@@ -248,10 +239,10 @@ def test_tool_call_cpu_deadline(monkeypatch):
 
     monkeypatch.setattr(fs_class, "pwd", spinning_pwd)
     monkeypatch.setattr(executor, "CALL_CPU_SECONDS", 0.3, raising=False)
-    env.reset(_task("multi_turn_base_3"), seed=0)
+    env.reset(bfcl_task("multi_turn_base_3"), seed=0)
     before = env.episode.model.snapshot()
     started = time.process_time()
-    r = env.step(_qwen("pwd", {}))
+    r = env.step(qwen_call("pwd", {}))
     assert time.process_time() - started < 3.0
     call = r.info["calls"][0]
     assert not r.done and call["status"] == "exec_error" and call["error_kind"] == "resource_limit"
@@ -263,19 +254,19 @@ def test_file_system_growth_and_observation_are_bounded():
     # each round nests two shared copies of ``a`` in a new ``a``: find's paths double
     round_ = "\n".join(
         [
-            _qwen("mkdir", {"dir_name": "t"}),
-            _qwen("cp", {"source": "a", "destination": "t"}),
-            _qwen("cd", {"folder": "t"}),
-            _qwen("cp", {"source": "a", "destination": "b"}),
-            _qwen("cd", {"folder": ".."}),
-            _qwen("rm", {"file_name": "a"}),
-            _qwen("mv", {"source": "t", "destination": "a"}),
-            _qwen("find", {"path": "."}),
+            qwen_call("mkdir", {"dir_name": "t"}),
+            qwen_call("cp", {"source": "a", "destination": "t"}),
+            qwen_call("cd", {"folder": "t"}),
+            qwen_call("cp", {"source": "a", "destination": "b"}),
+            qwen_call("cd", {"folder": ".."}),
+            qwen_call("rm", {"file_name": "a"}),
+            qwen_call("mv", {"source": "t", "destination": "a"}),
+            qwen_call("find", {"path": "."}),
         ]
     )
     with _bfcl_pool() as pool:
-        pool.reset([(0, _task("multi_turn_base_3"), 0)])
-        pool.step([(0, _qwen("mkdir", {"dir_name": "a"}))])
+        pool.reset([(0, bfcl_task("multi_turn_base_3"), 0)])
+        pool.step([(0, qwen_call("mkdir", {"dir_name": "a"}))])
         limit = getattr(pool.meta, "max_observation_chars", 131072)
         kinds = []
         for _ in range(14):
@@ -299,13 +290,13 @@ def test_long_context_travel_state_does_not_leak_between_episodes():
     env = BFCLEnv(max_steps=200, max_steps_per_turn=200)
     balances = []
     for _ in range(2):
-        env.reset(_task(entry_id), seed=0)
+        env.reset(bfcl_task(entry_id), seed=0)
         travel = env.episode.model.instances["TravelAPI"]
         balances.append(travel.credit_card_list[card]["balance"])
         travel.budget_limit = None
         token = json.loads(
             env.step(
-                _qwen(
+                qwen_call(
                     "authenticate_travel",
                     {
                         "client_id": "c",
@@ -319,7 +310,7 @@ def test_long_context_travel_state_does_not_leak_between_episodes():
             ).info["calls"][0]["result"]
         )["access_token"]
         r = env.step(
-            _qwen(
+            qwen_call(
                 "book_flight",
                 {
                     "access_token": token,
