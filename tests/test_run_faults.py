@@ -266,3 +266,18 @@ def test_starting_over_does_not_keep_the_earlier_runs_checkpoints(tmp_path):
         assert resumed.finished and resumed.start_iteration == 1
     finally:
         resumed.close()
+
+
+def test_a_method_switched_on_at_resume_starts_with_an_empty_memory(tmp_path):
+    # A failure memory an earlier attempt left in the run directory must not be taken over.
+    run(tmp_path / "other", 1, AIW)
+    run_dir = tmp_path / "run"
+    run(run_dir, 1)  # no Agent-In-World: its checkpoint holds no AIW state
+    shutil.copy(tmp_path / "other" / "failure_memory.sqlite", run_dir / "failure_memory.sqlite")
+    assert memory_rows(run_dir)["failures"]
+    trainer = Trainer(config(run_dir, 2, AIW), quiet=True)  # switched on for more iterations
+    try:
+        assert trainer.start_iteration == 1
+        assert memory_rows(run_dir)["failures"] == []
+    finally:
+        trainer.close()

@@ -340,7 +340,10 @@ class Trainer:
         self.shuffle_rng.setstate(state["rng_shuffle"])
         self.engine.set_rng_state(state["engine_generator"])
         for method in self.methods:
-            method.load_state_dict(state["methods"].get(method.name, {}))
+            if method.name in state["methods"]:
+                method.load_state_dict(state["methods"][method.name])
+            else:  # switched on after this checkpoint: no earlier files of its count
+                method.start_fresh()
         self.evals = [EvalResult(label, [], table) for label, table in state.get("evals", [])]
         self.start_iteration = state["iteration"] + 1
         self.resumed_from = loaded.path
