@@ -48,6 +48,27 @@ class ParsedAction:
     projected_from: str | None = field(default=None, repr=False)  # text ``project_action`` replaced
 
 
+def completion(action: str, action_format: str) -> str:
+    """The text a policy writes after ``RESPONSE_PREFIX[action_format]`` to take ``action``,
+    ending with the format's closing tag: what expert (SFT) targets and constrained
+    decoding over admissible commands both use, so the two train the same tokens.
+
+    >>> completion("go to desk 1", "action")
+    'go to desk 1</action>'
+    >>> completion("go to desk 1", "think_action")
+    '<action>go to desk 1</action>'
+    >>> completion("get 2 oak logs", "raw")
+    'get 2 oak logs'
+    """
+    if action_format == "action":
+        return f"{action}</action>"
+    if action_format == "think_action":
+        return f"<action>{action}</action>"
+    if action_format == "raw":
+        return action
+    raise ValueError(f"unknown action format {action_format!r}")
+
+
 def project_action(parsed: ParsedAction, admissible: list[str] | None) -> ParsedAction:
     """Map a parsed but non-admissible action onto the most similar admissible command.
 
