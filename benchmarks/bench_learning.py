@@ -1,5 +1,5 @@
-"""Learning: the Role-Agent ablation table (Role-Agent, Wang et al., 2026, arXiv 2606.10917, Table 3) from the embedded
-model.
+"""Learning: can roleagent rank methods? The Role-Agent ablation (Wang et al., 2026, arXiv
+2606.10917, Table 3) from ONE shared warm start, with curves and seeds.
 
 Each configuration is a shipped recipe, so the table measures exactly what users run:
 
@@ -9,19 +9,26 @@ Each configuration is a shipped recipe, so the table measures exactly what users
     GiGPO        gigpo_alfworld
     GRPO         grpo_alfworld
 
-All runs start from the same policy (LoRA adapters start at zero) and are evaluated greedily
-on the same fixed panel, so "before" is one shared evaluation of the initial policy; each
-run only evaluates "after" (eval.at_start=false). The table gives mean ± std over seeds of
-panel success after training and of training-rollout success (all iterations pooled), the
-share of Agent-In-World batches drawn from retrieved tasks, and minutes per run.
+Protocol (the same for every arm): one SFT checkpoint is built first from the planner's
+expert episodes on TRAINING games (``roleagent sft --expert``), or given with
+``--init-from``; every run starts from it (``model.init_from``, fresh LoRA adapters, no
+warm start of its own), trains for the same number of iterations with the same batch, and
+is evaluated greedily on the same fixed panel every ``--eval-every`` iterations and at the
+end. The panel is never trained on. Iteration 0 of every curve is one shared evaluation
+of the warm-start policy (greedy decoding from the same weights is the same for every run).
 
-Runs go to subprocesses (`roleagent train`), `--jobs` at a time; with more than one job each
-uses one torch thread, because two processes that each want every core slow each other ~10x.
+Output (in ``--out``): ``results.json`` (every run's curve), ``curves.png`` (panel success
+against iteration, mean over seeds with a ±1 sample-std band), ``table.md`` (before and
+after, mean ± sample std over seeds; the orderings the paper reports and what the
+measurement shows, with the uncertainty).
 
-    python benchmarks/bench_learning.py [--configs Role-Agent GRPO] [--seeds 0 1 2] [--jobs 2]
-                                        [--set key=value ...]
+Runs go to subprocesses (``roleagent train``), ``--jobs`` at a time; with more than one
+job each uses one torch thread (two processes that each want every core slow each other
+~10x on a 2-core machine).
 
-The CPU setting used for benchmarks/RESULTS.md is the `--set` list printed with the table.
+    python benchmarks/bench_learning.py [--init-from DIR] [--expert-tasks 120]
+        [--configs Role-Agent GRPO] [--seeds 0 1 2] [--jobs 2] [--eval-every 2]
+        [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -46,68 +53,140 @@ CONFIGS = {
     "GiGPO": "gigpo_alfworld",
     "GRPO": "grpo_alfworld",
 }
+#: the paper's ordering of final success, worst first (Table 3: GRPO < GiGPO < the two
+#: ablations < Role-Agent; the ablations are not ordered against each other)
+PAPER_ORDER = [("GRPO", "GiGPO"), ("GiGPO", "w/o AIW"), ("GiGPO", "w/o WIA"), ("w/o AIW", "Role-Agent"),
+               ("w/o WIA", "Role-Agent")]  # fmt: skip
 
 
-def run_dir_of(out: Path, name: str, seed: int) -> Path:
-    slug = name.lower().replace("/", "").replace(" ", "_").replace("-", "_")
-    return out / f"{slug}_seed{seed}"
+def slug(name: str) -> str:
+    return name.lower().replace("/", "").replace(" ", "_").replace("-", "_")
 
 
-def initial_evaluation(*, recipe: str, overrides: list[str], out: Path) -> float:
-    """Panel success (%) of the initial policy, shared by every configuration and seed."""
-    cfg = load_config(recipe, [*overrides, f"run_dir={out / 'initial_policy'}", "tensorboard=false"])
-    trainer = Trainer(cfg, quiet=True, resume=False)
+def run_cli(command: list[str], log: Path) -> None:
+    with open(log, "w") as fh:
+        rc = subprocess.run([sys.executable, "-m", "roleagent.cli", *command], stdout=fh, stderr=subprocess.STDOUT)
+    if rc.returncode != 0:
+        raise RuntimeError(f"roleagent {command[0]} failed (exit {rc.returncode}); see {log}")
+
+
+def warm_start(*, recipe: str, overrides: list[str], out: Path, tasks: int) -> Path:
+    """The shared SFT checkpoint, from expert episodes on ``tasks`` training games."""
+    target = out / "warm_start"
+    target.mkdir(parents=True, exist_ok=True)
+    command = ["sft", "--expert", recipe, "--tasks", str(tasks), "--out", str(target)]
+    for item in overrides:
+        command += ["--set", item]
+    started = time.perf_counter()
+    run_cli(command, target / "sft.log")
+    print(f"warm start: {tasks} expert games, {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    return target
+
+
+def shared_evaluation(*, recipe: str, overrides: list[str], out: Path) -> float:
+    """Panel success (%) of the warm-start policy: iteration 0 of every curve."""
+    sets = [*overrides, f"run_dir={out / 'warm_start_eval'}", "tensorboard=false"]
+    trainer = Trainer(load_config(recipe, sets), quiet=True, resume=False)
     try:
-        return trainer.evaluate("before").table["All"]
+        return 100 * trainer.evaluate("before").table["All"]
     finally:
         trainer.close()
 
 
 def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict:
-    """Train one (configuration, seed) in a subprocess and read its metrics.jsonl."""
-    run_dir = run_dir_of(out, name, seed)
+    """Train one (configuration, seed) in a subprocess and read its curve from metrics.jsonl."""
+    run_dir = out / f"{slug(name)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [
-        *overrides,
-        f"seed={seed}",
-        f"run_dir={run_dir}",
-        "tensorboard=false",
-        "eval.at_start=false",
-        f"threads={threads}",
-    ]
-    command = [sys.executable, "-m", "roleagent.cli", "train", CONFIGS[name], "--no-resume"]
-    for item in sets:
-        command += ["--set", item]
+    sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"]
+    command = ["train", CONFIGS[name], "--no-resume", *[x for s in [*sets, f"threads={threads}"] for x in ("--set", s)]]
     started = time.perf_counter()
-    with open(run_dir / "train.log", "w") as log:
-        rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    run_cli(command, run_dir / "train.log")
     minutes = (time.perf_counter() - started) / 60
-    if rc != 0:
-        raise RuntimeError(f"{name} seed {seed} failed (exit {rc}); see {run_dir / 'train.log'}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     iterations = [r for r in records if "iteration" in r]
-    after = next(r for r in records if r.get("eval") == "after")
+    curve = {}
+    for r in records:
+        if r.get("eval", "").startswith("iter"):
+            curve[int(r["eval"][4:])] = 100 * r["eval/success"]
+        elif r.get("eval") == "after":
+            curve[len(iterations)] = 100 * r["eval/success"]
     result = {
         "config": name,
         "seed": seed,
         "minutes": minutes,
-        "after": 100 * after["eval/success"],
+        "curve": sorted(curve.items()),
+        "after": curve[len(iterations)],
         "train_success": 100 * float(np.mean([r["train/success"] for r in iterations])),
-        "train_success_by_iteration": [100 * r["train/success"] for r in iterations],
-        "retrieved_share": [r["aiw/retrieved_share"] for r in iterations if "aiw/retrieved_share" in r],
     }
-    print(
-        f"{name} seed {seed}: after {result['after']:.1f}%  train {result['train_success']:.1f}%  ({minutes:.1f} min)",
-        flush=True,
-    )
+    print(f"{name} seed {seed}: after {result['after']:.1f}%  ({minutes:.1f} min)", flush=True)
     return result
 
 
 def mean_std(values: list[float]) -> str:
-    """Mean ± sample standard deviation (ddof=1) over seeds."""
+    """Mean ± sample standard deviation (ddof=1) over seeds.
+
+    >>> mean_std([10.0, 20.0, 30.0])
+    ' 20.0 ± 10.0'
+    """
     if not values:
         return "-"
     return f"{np.mean(values):5.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:4.1f}"
+
+
+def ordering_lines(results: list[dict]) -> list[str]:
+    """For each ordering the paper reports (a < b), the measured difference of mean final
+    success with its standard error sqrt(s_a²/n_a + s_b²/n_b), and a verdict: "shown"
+    when the difference exceeds two standard errors, "reversed" below minus two, else
+    "not resolved"."""
+    by = {}
+    for r in results:
+        by.setdefault(r["config"], []).append(r["after"])
+    lines = []
+    for a, b in PAPER_ORDER:
+        if a not in by or b not in by:
+            continue
+        xa, xb = np.array(by[a]), np.array(by[b])
+        diff = xb.mean() - xa.mean()
+        se = float(np.sqrt(sum(x.var(ddof=1) / len(x) if len(x) > 1 else 0.0 for x in (xa, xb))))
+        verdict = "shown" if diff > 2 * se and se > 0 else "reversed" if diff < -2 * se and se > 0 else "not resolved"
+        lines.append(f"| {a} < {b} | {diff:+.1f} ± {se:.1f} | {verdict} |")
+    return lines
+
+
+def plot(results: list[dict], before: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in dict.fromkeys(r["config"] for r in results):
+        curves = [dict([(0, before), *r["curve"]]) for r in results if r["config"] == name]
+        xs = sorted(set.intersection(*(set(c) for c in curves)))
+        ys = np.array([[c[x] for x in xs] for c in curves])  # (seeds, points)
+        mean, std = ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(len(xs))
+        ax.plot(xs, mean, marker="o", label=f"{name} (n={len(ys)})")
+        ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("RL iteration")
+    ax.set_ylabel("panel success (%)")
+    ax.set_title("success vs iteration (mean ± 1 sample std over seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def table(results: list[dict], before: float, configs: list[str], header: str) -> str:
+    lines = [header, "", "| config | before % | after % | after − before | train % | min/run |", "|---|---|---|---|---|---|"]
+    for name in configs:
+        rows = [r for r in results if r["config"] == name]
+        after = [r["after"] for r in rows]
+        gain = [a - before for a in after]
+        lines.append(
+            f"| {name} | {before:.1f} | {mean_std(after)} | {mean_std(gain)} | "
+            f"{mean_std([r['train_success'] for r in rows])} | {np.mean([r['minutes'] for r in rows]):.1f} |"
+        )
+    lines += ["", "| paper's ordering | measured Δ (after) ± s.e. | verdict |", "|---|---|---|", *ordering_lines(results)]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -115,43 +194,42 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (each then uses 1 thread)")
+    parser.add_argument("--init-from", help="an SFT checkpoint every run starts from (else one is built)")
+    parser.add_argument("--expert-tasks", type=int, default=120, help="training games for the built warm start")
+    parser.add_argument("--eval-every", type=int, default=2, help="panel evaluation every k iterations")
     parser.add_argument("--out", default="runs/bench_learning")
     parser.add_argument("--set", action="append", default=[], help="override applied to every run")
     args = parser.parse_args()
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-
-    before = initial_evaluation(recipe=CONFIGS[args.configs[0]], overrides=args.set, out=out)
-    print(f"initial policy: {before:.1f}%", flush=True)
+    recipe = CONFIGS[args.configs[0]]
+    init = args.init_from or warm_start(recipe=recipe, overrides=args.set, out=out, tasks=args.expert_tasks)
+    common = [*args.set, f"model.init_from={init}", "sft.enabled=false", f"eval.every={args.eval_every}"]
+    before = shared_evaluation(recipe=recipe, overrides=common, out=out)
+    print(f"warm-start policy: {before:.1f}%", flush=True)
 
     # Seed-major order: an interrupted benchmark still has every configuration for the first seeds.
     runs = [(name, seed) for seed in args.seeds for name in args.configs]
     threads = 1 if args.jobs > 1 else 0
     with ThreadPoolExecutor(max_workers=args.jobs) as executor:
         results = list(
-            executor.map(
-                lambda run: train_one(name=run[0], seed=run[1], overrides=args.set, out=out, threads=threads), runs
-            )
+            executor.map(lambda r: train_one(name=r[0], seed=r[1], overrides=common, out=out, threads=threads), runs)
         )
 
-    cfg = load_config(CONFIGS[args.configs[0]], args.set)
-    print(
-        f"\nrecipes with --set {' '.join(args.set) or '(none)'}: {cfg.iterations} iterations x "
-        f"{cfg.rollout.tasks_per_iter} tasks x {cfg.rollout.group_size} rollouts, env {cfg.env.kwargs}, "
-        f"panel {cfg.env.eval_split} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
+    cfg = load_config(recipe, common)
+    header = (
+        f"From `{init}`; recipes with --set {' '.join(args.set) or '(none)'}: {cfg.iterations} iterations x "
+        f"{cfg.rollout.tasks_per_iter} tasks x {cfg.rollout.group_size} rollouts, env {cfg.env.kwargs}, panel "
+        f"{cfg.env.eval_split} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
         f"{(time.perf_counter() - started) / 60:.0f} min in all"
     )
-    print(f"{'config':12s}{'before %':>10s}{'after %':>15s}{'train %':>15s}{'retrieved':>11s}{'min/run':>9s}")
-    for name in args.configs:
-        rows = [r for r in results if r["config"] == name]
-        shares = [s for r in rows for s in r["retrieved_share"]]
-        print(
-            f"{name:12s}{before:10.1f}{mean_std([r['after'] for r in rows]):>15s}"
-            f"{mean_std([r['train_success'] for r in rows]):>15s}"
-            f"{(f'{np.mean(shares):.2f}' if shares else '-'):>11s}"
-            f"{np.mean([r['minutes'] for r in rows]):9.1f}"
-        )
-    (out / "results.json").write_text(json.dumps({"before": before, "runs": results}, indent=2))
+    text = table(results, before, args.configs, header)
+    print("\n" + text)
+    (out / "table.md").write_text(text + "\n")
+    (out / "results.json").write_text(json.dumps({"init_from": str(init), "before": before, "runs": results}, indent=2))
+    plot(results, before, out / "curves.png")
+    print(f"curves: {out / 'curves.png'}")
 
 
 if __name__ == "__main__":
