@@ -114,8 +114,11 @@ def restrict_logits(logits: torch.Tensor, allowed: Mapping[tuple[int, ...], Sequ
     """
     if not allowed:
         return logits
+    device = logits.device
+    positions = tuple(torch.tensor(axis, device=device) for axis in zip(*allowed))  # one index tensor per axis
+    owner = torch.tensor([i for i, ids in enumerate(allowed.values()) for _ in ids], device=device)
+    tokens = torch.tensor([int(t) for ids in allowed.values() for t in ids], dtype=torch.long, device=device)
     keep = torch.ones_like(logits, dtype=torch.bool)
-    for index, ids in allowed.items():
-        keep[index] = False
-        keep[tuple(index) + (torch.as_tensor(list(ids), dtype=torch.long, device=logits.device),)] = True
+    keep[positions] = False
+    keep[tuple(axis[owner] for axis in positions) + (tokens,)] = True
     return logits.masked_fill(~keep, NEG)
