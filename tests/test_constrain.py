@@ -277,3 +277,22 @@ def test_constrain_actions_config_rules():
     cfg.rollout.project_actions = True
     with pytest.raises(ConfigError, match="rollout.constrain_actions and rollout.project_actions"):
         validate(cfg)
+
+
+def test_top_p_applies_within_the_allowed_set(tiny_policy):
+    """With a vanishing top_p only the most likely ALLOWED token survives, so sampling
+    equals constrained greedy decoding (had the nucleus been taken over the whole
+    vocabulary first, it would hold no allowed token at all)."""
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    tok = tiny_policy.tokenizer
+    engine = HFEngine(tiny_policy)
+    sequences = [
+        _ids(tok, actor.completion(c, "action")) for c in ("go to desk 1", "take mug 1", "look", "open drawer")
+    ]
+    prompts = [_prompt(engine, f"state {i}") for i in range(3)]
+    greedy = engine.generate(prompts, SamplingParams(temperature=0.0), allowed=[sequences] * 3)
+    for seed in range(3):
+        engine.seed(seed)
+        nucleus = engine.generate(prompts, SamplingParams(temperature=1.0, top_p=1e-6), allowed=[sequences] * 3)
+        assert [g.ids for g in nucleus] == [g.ids for g in greedy]
