@@ -72,7 +72,16 @@ class RolloutConfig:
         0.1, "penalty on a step whose output has no parsable action (placement: algo.penalty_placement)"
     )
     project_actions: bool = _f(
-        False, "map a non-admissible action onto the most similar admissible command (small models)"
+        False,
+        "map a non-admissible action onto the most similar admissible command (small models); the "
+        "free text is trained, not the executed command",
+    )
+    constrain_actions: bool = _f(
+        False,
+        "decode only admissible commands: where the environment lists them, each token is drawn among "
+        "those continuing some command's completion (renormalised log-probs, kept for the trainer), so "
+        "every step is valid and the trained tokens are the executed command (a policy over admissible "
+        "actions, GLAM); needs action_format=action; environments without lists decode freely",
     )
     max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
     max_batch: int = _f(32, "most sequences in one generation batch")
@@ -345,6 +354,17 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"rollout.prefix_cache_tokens={r.prefix_cache_tokens} cannot hold one prompt "
             f"(rollout.max_prompt_tokens={r.max_prompt_tokens}): use 0 (off) or at least that"
+        )
+    if r.constrain_actions and r.project_actions:
+        raise ConfigError(
+            "rollout.constrain_actions and rollout.project_actions are exclusive: constrained decoding "
+            "only emits admissible commands, so there is nothing to project"
+        )
+    if r.constrain_actions and r.action_format != "action":
+        raise ConfigError(
+            f"rollout.constrain_actions needs rollout.action_format=action, not {r.action_format!r}: "
+            "think_action's <think> block cannot be constrained to a command list, and raw completions "
+            "have no closing tag to end a command that is a prefix of another"
         )
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")

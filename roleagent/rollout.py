@@ -17,6 +17,15 @@ the observation stays, the step's environment reward is 0 and its ``penalty`` is
 penalty is ``algo.penalty_placement``). A crashed
 environment ends its episode with ``Trajectory.crashed`` set.
 
+Constrained actions (``RolloutSettings.constrain_actions``; a policy over admissible
+commands as in GLAM, Carta et al., 2023, arXiv:2302.02662): when the environment lists
+admissible commands, the actor's generation is constrained to ``actor.completion(c)`` of
+one of them (:mod:`roleagent.engine.constrain`), so every step is valid and the trained
+tokens are exactly the executed command, with log-probs renormalised over each
+position's allowed tokens (the step keeps those sets in ``Step.action_allowed`` for the
+trainer). Environments without a list decode freely. Compare ``project_actions``, which
+maps free text onto a command: there the executed command is not what is trained.
+
 Group rollouts (G episodes of one task) share the environment seed, so their first
 states coincide and GiGPO's anchor groups have something to compare.
 
@@ -61,6 +70,7 @@ class RolloutSettings:
     top_p: float = 1.0
     invalid_penalty: float = 0.1
     project_actions: bool = False  # map a non-admissible action onto the closest admissible one
+    constrain_actions: bool = False  # decode only admissible commands (module docstring)
     context: str = "window"  # window | full (module docstring)
 
 
@@ -101,6 +111,8 @@ class RolloutStats:
     reused_prompt_tokens: int = 0  # prompt tokens whose stored KV the engine reused
     prefix_cache_bytes: int = 0  # the engine's stored prefix KV after the rollouts
     context_restarts: int = 0  # context=full: chats restarted from the window prompt
+    constrained_actions: int = 0  # constrain_actions: actor generations constrained to the admissible list
+    free_actions: int = 0  # actor generations decoded freely (no admissible list, or constraining off)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -219,10 +231,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         # 1. actions, one batched generation ---------------------------------------
         started = time.perf_counter()
         prompts = [_actor_prompt(e, settings, engine, count_tokens, stats) for e in active]
-        generations = engine.generate(prompts, sampling)
-        parsed = [actor.parse_action(g.text, settings.action_format) for g in generations]
-        if settings.project_actions:
-            parsed = [actor.project_action(p, e.admissible) for p, e in zip(parsed, active)]
+        generations, parsed = _act(engine, prompts, active, settings, sampling, stats)
         stats.generate_s += time.perf_counter() - started
 
         # 2. the methods' extra generations (e.g. World-In-Agent predictions) ----------
@@ -247,6 +256,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
                 prompt_ids=gen.prompt_ids,
                 action_ids=gen.ids,
                 action_logprobs=gen.logprobs,
+                action_allowed=gen.allowed,
                 action_text=gen.text,
                 action=p.action,
                 valid=p.valid,
@@ -263,6 +273,43 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         for ext in extensions:
             ext.finish(e.trajectory)
     return [e.trajectory for e in episodes]
+
+
+def _act(engine: Engine, prompts, active: list[_Episode], settings: RolloutSettings, sampling, stats):
+    """The actor's batched generation and each row's parsed action. With
+    ``constrain_actions`` an episode whose environment lists admissible commands generates
+    exactly ``actor.completion(command)`` of one of them (each command's token ids, as
+    the tokenizer encodes that text), and its action is that command, looked up by the
+    generated ids rather than parsed from text."""
+    commands = [_completions(engine, e.admissible, settings) for e in active]
+    constrained = sum(c is not None for c in commands)
+    stats.constrained_actions += constrained
+    stats.free_actions += len(active) - constrained
+    if constrained:
+        generations = engine.generate(prompts, sampling, allowed=[None if c is None else list(c) for c in commands])
+    else:  # engines without constraint support still serve free decoding
+        generations = engine.generate(prompts, sampling)
+    parsed = []
+    for g, e, c in zip(generations, active, commands):
+        if c is not None:
+            parsed.append(actor.ParsedAction(c[tuple(g.ids)], True))
+            continue
+        p = actor.parse_action(g.text, settings.action_format)
+        parsed.append(actor.project_action(p, e.admissible) if settings.project_actions else p)
+    return generations, parsed
+
+
+def _completions(engine: Engine, admissible: list[str] | None, settings: RolloutSettings) -> dict | None:
+    """``{token ids of completion(command): command}`` over the admissible commands, or
+    None when this turn decodes freely (constraining off, or no admissible list)."""
+    if not settings.constrain_actions or not admissible:
+        return None
+    encode = engine.tokenizer
+    out: dict[tuple[int, ...], str] = {}
+    for command in admissible:
+        ids = tuple(encode(actor.completion(command, settings.action_format), add_special_tokens=False)["input_ids"])
+        out.setdefault(ids, command)
+    return out
 
 
 def _apply(e: _Episode, step: Step, p, reply, settings: RolloutSettings) -> None:

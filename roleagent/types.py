@@ -42,6 +42,9 @@ class Step:
     prompt_ids: list[int] = field(default_factory=list)  # exact prompt tokens fed to the model
     action_ids: list[int] = field(default_factory=list)  # generated tokens, as returned by the engine
     action_logprobs: list[float] = field(default_factory=list)  # log π_old of each generated token
+    # constrained decoding: per generated token, the token ids it was sampled among (its
+    # log-prob is renormalised over them); None when decoding was free
+    action_allowed: list[list[int]] | None = None
     reward: float = 0.0  # environment reward minus ``penalty``
     penalty: float = 0.0  # format penalty included in ``reward`` (invalid action), >= 0
     done: bool = False
@@ -68,6 +71,8 @@ class Step:
         }
         if tokens:
             out.update(prompt_ids=self.prompt_ids, action_ids=self.action_ids, action_logprobs=self.action_logprobs)
+            if self.action_allowed is not None:
+                out["action_allowed"] = self.action_allowed
         return out
 
     @classmethod
@@ -79,6 +84,7 @@ class Step:
             prompt_ids=list(data.get("prompt_ids", [])),
             action_ids=list(data.get("action_ids", [])),
             action_logprobs=list(data.get("action_logprobs", [])),
+            action_allowed=_allowed_json(data.get("action_allowed")),
             action_text=data["action_text"],
             action=data["action"],
             valid=data["valid"],
@@ -151,6 +157,10 @@ class Trajectory:
 
 def _extras_json(extras: dict[str, dict[str, Any]], tokens: bool) -> dict[str, dict[str, Any]]:
     return {name: {k: v for k, v in record.items() if tokens or k not in TOKEN_KEYS} for name, record in extras.items()}
+
+
+def _allowed_json(allowed: list | None) -> list[list[int]] | None:
+    return None if allowed is None else [[int(t) for t in ids] for ids in allowed]
 
 
 def _key_json(key: Hashable) -> Any:

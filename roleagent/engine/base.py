@@ -8,6 +8,8 @@ batches of token-id prompts, returning the generated ids with their sampling log
     prompt = engine.encode_chat([{"role": "user", "content": "hi"}], response_prefix="<action>")
     [g] = engine.generate([prompt], SamplingParams(max_new_tokens=16, temperature=0.9))
     g.prompt_ids, g.ids, g.logprobs, g.text      # token in, token out
+    # constrained to two commands' token sequences: g.ids is one of them
+    [g] = engine.generate([prompt], params, allowed=[[[5, 6, 7], [5, 8]]])
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ class Generation:
     logprobs: list[float]  # one per generated token, log π of the distribution sampled from
     text: str  # decoded ``ids`` without special tokens
     truncated: bool  # stopped by max_new_tokens rather than a stop string or EOS
+    # constrained rows: per generated token, the sorted token ids it was sampled among
+    # (its log-prob is renormalised over them); None for free generation
+    allowed: list[list[int]] | None = None
+
+
+#: ``Engine.generate``'s constraint: None (all rows free) or one entry per prompt, None
+#: (free) or the token sequences the row must produce one of.
+Allowed = list[list[list[int]] | None] | None
 
 
 @dataclass
@@ -67,8 +77,13 @@ class Engine(Protocol):
         shorter prompt instead)."""
         ...
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """One :class:`Generation` per prompt, in order."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, allowed: Allowed = None) -> list[Generation]:
+        """One :class:`Generation` per prompt, in order. A row with ``allowed[i]`` (a
+        list of token sequences) emits exactly one of those sequences: each token is drawn
+        among those that continue some sequence, from the distribution renormalised over
+        them (greedy: their argmax), its allowed set kept in ``Generation.allowed``; it
+        finishes when a full sequence is emitted, however long (``max_new_tokens``, stop
+        strings and EOS apply to free rows only)."""
         ...
 
     def weights_changed(self) -> None:

@@ -19,6 +19,14 @@ log-probs with and without it.
 Log-probs are of the temperature-scaled distribution that was sampled from
 (``log_softmax(logits / T)``); the trainer scales logits by the same T. At T = 0 the
 engine decodes greedily and reports log-probs at T = 1.
+
+Constrained rows (``generate(..., allowed=...)``, :mod:`roleagent.engine.constrain`) may
+only emit tokens that continue one of their allowed sequences and finish when one is
+complete; their distribution is renormalised over the allowed tokens
+(``log_softmax(restrict(logits / T))``, greedy: the argmax among them), and each
+generated position's allowed set comes back in ``Generation.allowed``. Their length limit
+is their longest sequence, not ``max_new_tokens`` (a command is never cut); stop strings
+and EOS do not apply to them.
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ import inspect
 
 import torch
 
-from roleagent.engine.base import Generation, SamplingParams
+from roleagent.engine.base import Allowed, Generation, SamplingParams
 from roleagent.engine.chat import encode_chat, encode_followup
+from roleagent.engine.constrain import TokenTrie, TrieCursor, restrict_logits
 from roleagent.engine.prefix_cache import (
     PrefixCache,
     PrefixEntry,
@@ -118,14 +127,22 @@ class HFEngine:
     # ------------------------------------------------------------- generation --------
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one continuation per prompt, in chunks of at most ``max_batch`` rows."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, allowed: Allowed = None) -> list[Generation]:
+        """Sample one continuation per prompt, in chunks of at most ``max_batch`` rows.
+        ``allowed`` (None, or one entry per prompt: None or a list of token sequences)
+        constrains rows to those sequences (:mod:`roleagent.engine.constrain`)."""
+        if allowed is not None and len(allowed) != len(prompts):
+            raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
+        rows = [None] * len(prompts) if allowed is None else [None if a is None else TokenTrie(a) for a in allowed]
         results: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch):
-            results.extend(self._generate_batch(prompts[start : start + self.max_batch], params))
+            end = start + self.max_batch
+            results.extend(self._generate_batch(prompts[start:end], params, rows[start:end]))
         return results
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, tries: list[TokenTrie | None]
+    ) -> list[Generation]:
         model = self.policy.model
         device = self.policy.device
         eos_ids = {self.tokenizer.eos_token_id}
@@ -136,9 +153,13 @@ class HFEngine:
         step_input, attention, step_positions, cache = self._prefill_inputs(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_logprobs: list[list[float]] = [[] for _ in range(n)]
+        cursors = [None if t is None else TrieCursor(t) for t in tries]
+        out_allowed: list[list[list[int]]] = [[] for _ in range(n)]
+        # a constrained row runs to the end of its longest sequence, never cut at max_new_tokens
+        limits = [params.max_new_tokens if t is None else t.longest for t in tries]
         truncated = [True] * n
         alive = list(range(n))  # original row index of each row still in the batch
-        for step in range(params.max_new_tokens):
+        for step in range(max(limits)):
             output = model(
                 input_ids=step_input,
                 attention_mask=attention,
@@ -149,18 +170,24 @@ class HFEngine:
             )
             cache = getattr(output, self._cache_kwarg)
             logits = output.logits[:, -1, :].float()  # (b, V)
-            tokens, logprobs = self._sample(logits, params)  # (b,), (b,)
+            allowed = {(row,): cursors[i].allowed() for row, i in enumerate(alive) if cursors[i] is not None}
+            tokens, logprobs = self._sample(logits, params, allowed)  # (b,), (b,)
             keep: list[int] = []
             for row, original in enumerate(alive):
                 token = int(tokens[row])
                 out_ids[original].append(token)
                 out_logprobs[original].append(float(logprobs[row]))
-                if token in eos_ids or self._hit_stop(out_ids[original], params.stop):
-                    truncated[original] = False
+                if cursors[original] is not None:
+                    out_allowed[original].append(allowed[(row,)])
+                    finished = cursors[original].advance(token)
                 else:
+                    finished = token in eos_ids or self._hit_stop(out_ids[original], params.stop)
+                if finished:
+                    truncated[original] = False
+                elif step + 1 < limits[original]:
                     keep.append(row)
             self.generated_tokens += len(alive)
-            last = not keep or step == params.max_new_tokens - 1
+            last = not keep
             leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
             self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids)
             if last:
@@ -183,6 +210,7 @@ class HFEngine:
                 logprobs=out_logprobs[i],
                 text=self.tokenizer.decode(out_ids[i], skip_special_tokens=True),
                 truncated=truncated[i],
+                allowed=None if tries[i] is None else out_allowed[i],
             )
             for i in range(n)
         ]
@@ -266,14 +294,18 @@ class HFEngine:
                 continue
             self.prefix_cache.insert(tokens, row_kv(cache, row, index))
 
-    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self, logits: torch.Tensor, params: SamplingParams, allowed: dict[tuple[int], list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and their log-probs; rows in ``allowed`` draw from the distribution
+        renormalised over their allowed tokens (greedy: argmax among them)."""
         if params.temperature <= 0:  # greedy
-            logprobs = torch.log_softmax(logits, dim=-1)  # (b, V)
+            logprobs = torch.log_softmax(restrict_logits(logits, allowed), dim=-1)  # (b, V)
             tokens = logprobs.argmax(dim=-1)  # (b,)
             return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-        logprobs = torch.log_softmax(logits / params.temperature, dim=-1)  # (b, V)
+        logprobs = torch.log_softmax(restrict_logits(logits / params.temperature, allowed), dim=-1)  # (b, V)
         probs = logprobs.exp()  # (b, V)
-        if params.top_p < 1.0:
+        if params.top_p < 1.0:  # within the allowed set: the others already have probability 0
             sorted_probs, order = probs.sort(dim=-1, descending=True)  # (b, V)
             outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p  # (b, V)
             sorted_probs[outside] = 0.0

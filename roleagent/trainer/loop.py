@@ -118,6 +118,7 @@ class Trainer:
             top_p=r.top_p,
             invalid_penalty=r.invalid_penalty,
             project_actions=r.project_actions,
+            constrain_actions=r.constrain_actions,
             context=r.context,
         )
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds

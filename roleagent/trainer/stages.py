@@ -150,17 +150,24 @@ def packed_sample(run: list, advantages: np.ndarray) -> TrainSample:
 
     Example: prompts/actions ``[1]/[2]`` then ``[1, 2, 3]/[4, 5]`` with advantages 0.5 and
     −1 → prompt ``[1]``, output ``[2, 3, 4, 5]``, mask ``[1, 0, 1, 1]``, token advantages
-    ``[0.5, 0, −1, −1]``.
+    ``[0.5, 0, −1, −1]``. Constrained turns' allowed sets land on their tokens (the
+    observation tokens between them stay free, None).
     """
     first, last = run[0][0], run[-1][0]
     start = len(first.prompt_ids)
     output = (last.prompt_ids + last.action_ids)[start:]
     mask, old, token_adv = [0] * len(output), [0.0] * len(output), [0.0] * len(output)
+    allowed: list[list[int] | None] = [None] * len(output)
     for step, index in run:
         offset = len(step.prompt_ids) - start
         for j, logprob in enumerate(step.action_logprobs):
             mask[offset + j], old[offset + j], token_adv[offset + j] = 1, logprob, float(advantages[index])
-    return TrainSample(first.prompt_ids, output, old, float(advantages[run[0][1]]), mask, token_adv)
+        for j, ids in enumerate(step.action_allowed or ()):
+            allowed[offset + j] = ids
+    constrained = any(step.action_allowed is not None for step, _ in run)
+    return TrainSample(
+        first.prompt_ids, output, old, float(advantages[run[0][1]]), mask, token_adv, allowed if constrained else None
+    )
 
 
 def training_samples(
@@ -176,7 +183,13 @@ def training_samples(
         elif run[0][0].action_ids:
             step, index = run[0]
             samples.append(
-                TrainSample(step.prompt_ids, step.action_ids, step.action_logprobs, float(advantages[index]))
+                TrainSample(
+                    step.prompt_ids,
+                    step.action_ids,
+                    step.action_logprobs,
+                    float(advantages[index]),
+                    allowed=step.action_allowed,
+                )
             )
         for step, index in run:
             for method in methods:

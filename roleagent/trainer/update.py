@@ -27,6 +27,12 @@ skipped), so the loss and gradient equal the unpacked ones, KL and entropy inclu
 the mini-batch holds whole episodes (``mini_batches = 1``; with more, the episodes rather
 than the steps are split between mini-batches).
 
+Constrained decoding (``rollout.constrain_actions``): a sample carries, per output token,
+the token ids it was sampled among (``TrainSample.allowed``); its log-prob, the reference
+log-prob for the KL and the entropy are recomputed from the logits (over T) renormalised
+over that set, as the engine sampled it, so π_θ/π_old is a ratio of one restricted policy.
+A position with a single allowed token has log-prob 0 for every θ: no gradient.
+
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
@@ -45,6 +51,7 @@ import torch
 
 from roleagent.algos import policy_loss, token_entropy_from_logits
 from roleagent.config import OptimConfig
+from roleagent.engine.constrain import restrict_logits
 from roleagent.models.loading import Policy
 
 
@@ -61,6 +68,9 @@ class TrainSample:
     advantage: float
     action_mask: list[int] | None = None
     token_advantages: list[float] | None = None
+    # constrained decoding: per output token None (free) or the token ids it was sampled
+    # among; its log-prob is recomputed renormalised over them (``token_logprobs``)
+    allowed: list[list[int] | None] | None = None
 
     @property
     def length(self) -> int:
@@ -129,14 +139,42 @@ def _collate(samples: list[TrainSample], pad_id: int, device: torch.device, skip
     return [t.to(device) for t in (input_ids, attention, positions, targets, old, mask, advantages)] + [keep]
 
 
+def allowed_positions(samples: list[TrainSample], keep: int) -> dict[tuple[int, int], list[int]]:
+    """The constrained positions of a collated micro-batch, ``(row, column) → allowed ids``
+    with columns aligned as in :func:`_collate` (the last ``keep``); empty when none.
+
+    Example: keep 3, one sample with 2 output tokens, allowed ``[[4, 7], None]`` →
+    ``{(0, 1): [4, 7]}``.
+    """
+    out: dict[tuple[int, int], list[int]] = {}
+    for row, s in enumerate(samples):
+        start = keep - len(s.output_ids)
+        for j, ids in enumerate(s.allowed or ()):
+            if ids is not None:
+                out[(row, start + j)] = list(ids)
+    return out
+
+
 def token_logprobs(
-    model, input_ids, attention, positions, targets, keep: int, *, temperature: float = 1.0, with_entropy: bool = False
+    model,
+    input_ids,
+    attention,
+    positions,
+    targets,
+    keep: int,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    allowed: dict[tuple[int, int], list[int]] | None = None,
 ):
-    """Log-probs of ``targets`` (the last ``keep`` tokens of each row); (B, K) each."""
+    """Log-probs of ``targets`` (the last ``keep`` tokens of each row); (B, K) each.
+    Positions in ``allowed`` (:func:`allowed_positions`) use the distribution renormalised
+    over their allowed tokens, as constrained decoding sampled them (entropy likewise)."""
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
     logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
+    logits = restrict_logits(logits, allowed or {})  # (B, K, V)
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # (B, K)
     entropy = token_entropy_from_logits(logits) if with_entropy else None  # (B, K)
     return logprobs, entropy
@@ -212,22 +250,14 @@ class Updater:
         for micro in micro_batches(computed, cfg.micro_batch_tokens):
             *tensors, keep = _collate(micro, pad_id, self.policy.device, cfg.skip_zero_advantage)
             input_ids, attention, positions, targets, old, mask, advantages = tensors
+            common = dict(temperature=self.temperature, allowed=allowed_positions(micro, keep))
             ref = None
             if cfg.kl_coef > 0:
                 ref_model, context = self._reference_model()
                 with torch.no_grad(), context:
-                    ref, _ = token_logprobs(
-                        ref_model, input_ids, attention, positions, targets, keep, temperature=self.temperature
-                    )
+                    ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep, **common)
             logprobs, entropy = token_logprobs(
-                model,
-                input_ids,
-                attention,
-                positions,
-                targets,
-                keep,
-                temperature=self.temperature,
-                with_entropy=cfg.entropy_coef > 0,
+                model, input_ids, attention, positions, targets, keep, with_entropy=cfg.entropy_coef > 0, **common
             )
             loss, metrics = policy_loss(
                 logprobs,

@@ -1,0 +1,298 @@
+"""Decoding constrained to admissible commands: the trie, the engine, the trainer's masked
+recomputation, the data path (Step JSON, packed samples) and the config rules."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from roleagent.engine.constrain import NEG, TokenTrie, TrieCursor, restrict_logits
+from roleagent.roles import actor
+from roleagent.types import Step
+
+# ------------------------------------------------------------------ the trie ------------
+
+
+def test_trie_walks_shared_prefixes_and_collapses_duplicates():
+    trie = TokenTrie([[5, 6, 7], [5, 8], [9], [5, 8]])
+    assert trie.next_tokens([]) == [5, 9]
+    assert trie.next_tokens([5]) == [6, 8]
+    assert trie.next_tokens([5, 6]) == [7]
+    assert trie.next_tokens([5, 8]) == []
+    assert [trie.is_complete(p) for p in ([5], [5, 8], [9], [5, 6, 7])] == [False, True, True, True]
+    assert (trie.longest, len(trie)) == (3, 3)
+    with pytest.raises(KeyError):
+        trie.next_tokens([6])
+
+
+def test_trie_cursor_stops_at_the_first_full_sequence():
+    cursor = TrieCursor(TokenTrie([[1, 2], [1, 2, 3], [4]]))
+    assert cursor.allowed() == [1, 4]
+    assert cursor.advance(1) is False
+    assert cursor.allowed() == [2]
+    assert cursor.advance(2) is True  # [1, 2] is complete: decoding stops ([1, 2, 3] is shadowed)
+
+
+def test_trie_rejects_empty_input():
+    with pytest.raises(ValueError, match="at least one"):
+        TokenTrie([])
+    with pytest.raises(ValueError, match="empty"):
+        TokenTrie([[1], []])
+
+
+def test_restrict_logits_renormalises_over_the_allowed_set():
+    logits = torch.tensor([[0.0, 0.0, math.log(2.0)], [1.0, 2.0, 3.0]])
+    out = torch.log_softmax(restrict_logits(logits, {(0,): [1, 2]}), dim=-1)
+    assert out[0, 1].item() == pytest.approx(math.log(1 / 3), abs=1e-6)
+    assert out[0, 2].item() == pytest.approx(math.log(2 / 3), abs=1e-6)
+    assert out[0, 0].exp().item() == 0.0
+    assert torch.allclose(out[1], torch.log_softmax(logits[1], dim=-1))  # row 1 is free
+    single = torch.log_softmax(restrict_logits(logits, {(1,): [0]}), dim=-1)
+    assert single[1, 0].item() == 0.0  # one allowed token: log-prob exactly 0
+    assert restrict_logits(logits, {}) is logits
+    assert restrict_logits(logits, {(0,): [2]})[0, 0].item() == NEG
+
+
+# ------------------------------------------------------------------ the engine ----------
+
+WORDS = ["go", "to", "desk", "1", "10", "take", "mug", "from", "open", "drawer", "look", "inventory", "a"]
+
+
+def _random_commands(rng: random.Random) -> list[str]:
+    """Shared prefixes ("go to desk 1" / "go to desk 10"), one-word commands, duplicates."""
+    commands = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 8))]
+    commands += ["go to desk 1", "go to desk 10"] if rng.random() < 0.5 else ["look"]
+    if rng.random() < 0.5:
+        commands.append(commands[0])
+    return commands
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _prompt(engine, text: str) -> list[int]:
+    return engine.encode_chat([{"role": "user", "content": text}], response_prefix=actor.RESPONSE_PREFIX["action"])
+
+
+def _check_constrained(g, sequences):
+    """``g`` emitted one full allowed sequence, each token from the recorded allowed set,
+    which is exactly the trie's continuation set at that point."""
+    trie = TokenTrie(sequences)
+    assert g.ids in [list(s) for s in sequences] and not g.truncated
+    assert g.allowed is not None and len(g.allowed) == len(g.ids) == len(g.logprobs)
+    for j, (token, allowed) in enumerate(zip(g.ids, g.allowed)):
+        assert allowed == trie.next_tokens(g.ids[:j]) and token in allowed
+        assert g.logprobs[j] <= 0.0 and (len(allowed) > 1 or g.logprobs[j] == 0.0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_fuzz_constrained_generations_are_admissible_commands(tiny_policy, temperature):
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    tok = tiny_policy.tokenizer
+    engine = HFEngine(tiny_policy, max_batch=3)
+    engine.seed(1)
+    rng = random.Random(7 if temperature else 8)
+    params = SamplingParams(max_new_tokens=2, temperature=temperature, stop=actor.STOP["action"])
+    for _ in range(4):
+        lists = [_random_commands(rng) for _ in range(5)]
+        allowed = [[_ids(tok, actor.completion(c, "action")) for c in cmds] for cmds in lists]
+        allowed[3] = [[int(t)] for t in rng.sample(range(100, 5000), 3)]  # single-token sequences
+        allowed[4] = None  # a free row in the same batch
+        prompts = [_prompt(engine, f"task {i}: " + " ".join(rng.choice(WORDS) for _ in range(i + 1))) for i in range(5)]
+        generations = engine.generate(prompts, params, allowed=allowed)
+        assert len(generations) == 5
+        for i in (0, 1, 2):
+            _check_constrained(generations[i], allowed[i])  # longer than max_new_tokens=2, never cut
+            parsed = actor.parse_action(generations[i].text, "action")
+            assert parsed.valid and parsed.action in lists[i]
+        _check_constrained(generations[3], allowed[3])
+        free = generations[4]
+        assert free.allowed is None and len(free.ids) <= 2
+
+
+def test_constrained_greedy_is_the_argmax_among_allowed_tokens(tiny_policy):
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    engine = HFEngine(tiny_policy)
+    prompt = _prompt(engine, "pick one")
+    [free] = engine.generate([prompt], SamplingParams(max_new_tokens=1, temperature=0.0))
+    top = free.ids[0]
+    other = (top + 1) % 1000 + 10
+    sequences = [[top, 5], [other]]
+    [g] = engine.generate([prompt], SamplingParams(max_new_tokens=1, temperature=0.0), allowed=[sequences])
+    assert g.ids == [top, 5] and g.allowed == [sorted([top, other]), [5]]
+    assert g.logprobs[0] > math.log(0.5) and g.logprobs[1] == 0.0  # renormalised over {top, other}
+    [g] = engine.generate([prompt], SamplingParams(max_new_tokens=1, temperature=0.0), allowed=[[[other]]])
+    assert g.ids == [other] and g.logprobs == [0.0]
+    with pytest.raises(ValueError, match="entries"):
+        engine.generate([prompt, prompt], SamplingParams(), allowed=[None])
+
+
+def test_masked_engine_logprobs_equal_the_trainers_masked_recomputation(tiny_policy):
+    from roleagent.engine.hf import HFEngine, SamplingParams
+    from roleagent.trainer.update import TrainSample, _collate, allowed_positions, token_logprobs
+
+    tok = tiny_policy.tokenizer
+    engine = HFEngine(tiny_policy)
+    commands = ["go to desk 1", "go to desk 10", "take mug 1 from desk 1", "look", "open drawer 2"]
+    sequences = [_ids(tok, actor.completion(c, "action")) for c in commands]
+    prompts = [_prompt(engine, f"episode {i}") for i in range(4)]
+    for temperature in (1.0, 0.7):
+        engine.seed(3)
+        params = SamplingParams(max_new_tokens=8, temperature=temperature)
+        generations = engine.generate(prompts, params, allowed=[sequences] * 3 + [None])
+        samples = [TrainSample(g.prompt_ids, g.ids, g.logprobs, 1.0, allowed=g.allowed) for g in generations]
+        *tensors, keep = _collate(samples, tok.pad_token_id, torch.device("cpu"))
+        input_ids, attention, positions, targets, old, mask, _ = tensors
+        allowed = allowed_positions(samples, keep)
+        assert len(allowed) == sum(len(g.ids) for g in generations[:3])
+        with torch.no_grad():
+            masked, entropy = token_logprobs(
+                tiny_policy.model, input_ids, attention, positions, targets, keep,
+                temperature=temperature, allowed=allowed, with_entropy=True,
+            )  # fmt: skip
+            plain, _ = token_logprobs(
+                tiny_policy.model, input_ids, attention, positions, targets, keep, temperature=temperature
+            )
+        assert torch.all(entropy.isfinite())
+        assert float(((masked - old).abs() * mask).max()) < 1e-4
+        assert float(((plain - old).abs() * mask).max()) > 1e-2  # the mask is what makes them equal
+        for (row, col), ids in allowed.items():
+            if len(ids) == 1:
+                assert masked[row, col].item() == 0.0 and entropy[row, col].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_masked_entropy_and_gradient_are_finite_and_zero_on_single_choices(tiny_policy):
+    from roleagent.trainer.update import TrainSample, _collate, allowed_positions, token_logprobs
+
+    tok = tiny_policy.tokenizer
+    sample = TrainSample([1, 2, 3], [7, 8, 9], [0.0] * 3, 1.0, allowed=[[7, 11], [8], None])
+    *tensors, keep = _collate([sample], tok.pad_token_id, torch.device("cpu"))
+    input_ids, attention, positions, targets, *_ = tensors
+    model = tiny_policy.model
+    model.zero_grad(set_to_none=True)
+    logprobs, entropy = token_logprobs(
+        model,
+        input_ids,
+        attention,
+        positions,
+        targets,
+        keep,
+        allowed=allowed_positions([sample], keep),
+        with_entropy=True,
+    )
+    assert logprobs[0, 1].item() == 0.0
+    (logprobs[0, 1] + entropy[0, 1]).backward(retain_graph=True)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert all(float(g.abs().max()) == 0.0 for g in grads)  # a forced token teaches nothing
+    model.zero_grad(set_to_none=True)
+    (logprobs[0, 0] + entropy[0, 0]).backward()
+    assert all(torch.all(p.grad.isfinite()) for p in model.parameters() if p.grad is not None)
+    assert any(float(p.grad.abs().max()) > 0 for p in model.parameters() if p.grad is not None)
+    model.zero_grad(set_to_none=True)
+
+
+def test_prefix_cache_on_or_off_gives_the_same_constrained_generations(tiny_policy):
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    tok = tiny_policy.tokenizer
+    cached, plain = HFEngine(tiny_policy, prefix_cache_tokens=100_000), HFEngine(tiny_policy)
+    sequences = [_ids(tok, actor.completion(c, "action")) for c in ("go to desk 1", "go to desk 10", "look")]
+    first = [_prompt(cached, f"room {i} has a desk and a drawer") for i in range(3)]
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(max_new_tokens=4, temperature=temperature)
+        prompts = first
+        for _turn in range(2):  # the second turn extends the first: its prefix is reused
+            cached.seed(5)
+            plain.seed(5)
+            a = cached.generate(prompts, params, allowed=[sequences] * 3)
+            b = plain.generate(prompts, params, allowed=[sequences] * 3)
+            assert [g.ids for g in a] == [g.ids for g in b] and [g.allowed for g in a] == [g.allowed for g in b]
+            assert max(abs(x - y) for ga, gb in zip(a, b) for x, y in zip(ga.logprobs, gb.logprobs)) < 1e-4
+            prompts = [
+                cached.extend_chat(
+                    g.prompt_ids, g.ids, [{"role": "user", "content": "next"}], response_prefix="<action>"
+                )
+                for g in a
+            ]
+    assert cached.reused_prompt_tokens > 0
+
+
+# ------------------------------------------------------------- data path -----------------
+
+
+def test_step_json_round_trip_keeps_the_allowed_sets():
+    step = Step("obs", "k", "look</action>", "look", True, [1, 2], [3, 4], [-0.5, 0.0], action_allowed=[[3, 9], [4]])
+    back = Step.from_json(step.to_json(tokens=True))
+    assert back.action_allowed == [[3, 9], [4]] and back.action_ids == [3, 4]
+    assert "action_allowed" not in step.to_json()  # token data only with tokens=True
+    free = Step("obs", "k", "x", "x", True, [1], [2], [-1.0])
+    assert Step.from_json(free.to_json(tokens=True)).action_allowed is None
+
+
+def _batch(steps):
+    from roleagent.trainer.advantages import StepBatch
+    from roleagent.types import Task, Trajectory
+
+    return StepBatch.from_trajectories([Trajectory(Task("t/0", "scripted"), steps=list(steps))])
+
+
+def test_training_samples_carry_the_masks_packed_and_unpacked():
+    from roleagent.trainer.stages import training_samples
+    from roleagent.trainer.update import allowed_positions
+
+    s1 = Step("o1", "a", "t", "t", True, [1], [2, 3], [-0.7, 0.0], action_allowed=[[2, 5], [3]])
+    s2 = Step("o2", "b", "t", "t", True, [1, 2, 3, 4], [6], [-0.2], action_allowed=[[6, 7, 8]])
+    batch = _batch([s1, s2])
+    advantages = np.array([0.5, -1.0])
+    [packed] = training_samples(batch, advantages, pack=True)
+    assert packed.output_ids == [2, 3, 4, 6] and packed.action_mask == [1, 1, 0, 1]
+    assert packed.allowed == [[2, 5], [3], None, [6, 7, 8]]
+    assert allowed_positions([packed], keep=5) == {(0, 1): [2, 5], (0, 2): [3], (0, 4): [6, 7, 8]}
+    unpacked = training_samples(batch, advantages, pack=False)
+    assert [s.allowed for s in unpacked] == [[[2, 5], [3]], [[6, 7, 8]]]
+    free = Step("o", "c", "t", "t", True, [1], [2], [-1.0])
+    assert training_samples(_batch([free]), np.array([1.0]))[0].allowed is None
+
+
+# ------------------------------------------------------------------ config ----------------
+
+
+def test_constrain_actions_config_rules():
+    from roleagent.config import ConfigError, TrainConfig, validate
+
+    cfg = TrainConfig()
+    cfg.env.name = "scripted"
+    cfg.rollout.constrain_actions = True
+    with pytest.raises(ConfigError, match="rollout.action_format=action"):
+        validate(cfg)
+    cfg.rollout.action_format = "action"
+    validate(cfg)
+    cfg.rollout.project_actions = True
+    with pytest.raises(ConfigError, match="rollout.constrain_actions and rollout.project_actions"):
+        validate(cfg)
+
+
+def test_top_p_applies_within_the_allowed_set(tiny_policy):
+    """With a vanishing top_p only the most likely ALLOWED token survives, so sampling
+    equals constrained greedy decoding (had the nucleus been taken over the whole
+    vocabulary first, it would hold no allowed token at all)."""
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    tok = tiny_policy.tokenizer
+    engine = HFEngine(tiny_policy)
+    sequences = [
+        _ids(tok, actor.completion(c, "action")) for c in ("go to desk 1", "take mug 1", "look", "open drawer")
+    ]
+    prompts = [_prompt(engine, f"state {i}") for i in range(3)]
+    greedy = engine.generate(prompts, SamplingParams(temperature=0.0), allowed=[sequences] * 3)
+    for seed in range(3):
+        engine.seed(seed)
+        nucleus = engine.generate(prompts, SamplingParams(temperature=1.0, top_p=1e-6), allowed=[sequences] * 3)
+        assert [g.ids for g in nucleus] == [g.ids for g in greedy]
