@@ -27,7 +27,7 @@ from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.plugins import did_you_mean
 
-__all__ = ["AIWConfig", "ConfigError", "SEALConfig", "TrainConfig", "WIAConfig", "_f", "from_dict", "load_config"]
+__all__ = ["AIWConfig", "ConfigError", "SEALConfig", "SFTConfig", "TrainConfig", "WIAConfig", "_f", "from_dict", "load_config"]
 
 
 @dataclass
@@ -41,6 +41,12 @@ class ModelConfig:
     lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = _f(32, "LoRA alpha")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
+    init_from: str = _f(
+        "",
+        "start from saved weights instead of model.name's: an SFT checkpoint folder (roleagent sft "
+        "--out DIR gives DIR/final) or any save_pretrained folder; fresh LoRA adapters go on top, so "
+        "the KL reference is this model. '' = model.name's own weights",
+    )
     engine: str = _f(
         "hf",
         "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
@@ -148,12 +154,36 @@ class EvalConfig:
     every: int = _f(0, "evaluate every k iterations (0: only before and after training)")
     at_start: bool = _f(True, "evaluate the initial policy")
     max_tasks: int = _f(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
+    splits: list = _f(
+        [],
+        "evaluation panels: every evaluation plays the first max_tasks tasks of each of these splits "
+        "(e.g. [valid_seen, valid_unseen]); [] = [env.eval_split]",
+    )
     temperature: float = _f(0.0, "0 = greedy")
     seed: int = _f(0, "environment seed of every evaluation episode")
     crash_retries: int = _f(
         2,
         "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate",
     )
+
+
+@dataclass
+class SFTConfig:
+    enabled: bool = _f(
+        False,
+        "warm start: evaluate the base policy, fine-tune it on expert demonstrations (roleagent.sft) "
+        "into run_dir/sft, evaluate it, then run RL from it with fresh LoRA adapters",
+    )
+    expert_tasks: int = _f(
+        100, "training-split tasks the environment's expert plays once each; its successful episodes are the data"
+    )
+    data: str = _f("", "a JSONL file of chat examples (roleagent.sft.data) used besides the expert's; '' = none")
+    epochs: int = _f(3, "passes over the SFT examples")
+    lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    batch_examples: int = _f(16, "examples per optimizer step (the loss is the token mean over their targets)")
+    micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward (gradient accumulation beyond it)")
+    grad_clip: float = _f(1.0, "gradient norm clip")
 
 
 @dataclass
@@ -173,6 +203,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     aiw: AIWConfig = field(default_factory=AIWConfig)
     seal: SEALConfig = field(default_factory=SEALConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
@@ -331,6 +362,8 @@ def validate(cfg: TrainConfig) -> None:
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
+    if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data:
+        raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
     if r.group_size < 2:
@@ -378,3 +411,8 @@ def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:
         rule = f" (must be {FIELD_RULES[key][1]})" if key in FIELD_RULES else ""
         lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}{rule}")
     return lines
+
+
+def eval_splits(cfg: TrainConfig) -> list[str]:
+    """The evaluation panels' splits: ``eval.splits``, or ``[env.eval_split]`` when empty."""
+    return list(cfg.eval.splits) or [cfg.env.eval_split]
