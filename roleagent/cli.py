@@ -100,23 +100,14 @@ def _sft_config(args: argparse.Namespace):
 
 def _load_for_sft(cfg, *, lora: bool):
     from roleagent.engine import create_engine
-    from roleagent.models.loading import load_policy
+    from roleagent.models.loading import policy_from_config
 
     if cfg.threads > 0:
         import torch
 
         torch.set_num_threads(cfg.threads)
-    m = cfg.model
-    policy = load_policy(
-        m.name,
-        device=m.device,
-        dtype=m.dtype,
-        lora_rank=m.lora_rank if lora else 0,
-        lora_alpha=m.lora_alpha,
-        seed=cfg.seed,
-        init_from=m.init_from,
-    )
-    return policy, create_engine(m.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+    policy = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
+    return policy, create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
 
 
 def _expert_data(args: argparse.Namespace) -> int:

@@ -26,8 +26,9 @@ from roleagent.fields import ConfigError, _f
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.plugins import did_you_mean
+from roleagent.sft.config import SFTConfig
 
-__all__ = ["AIWConfig", "ConfigError", "SEALConfig", "SFTConfig", "TrainConfig", "WIAConfig", "_f", "from_dict", "load_config"]
+__all__ = ["AIWConfig", "ConfigError", "SEALConfig", "TrainConfig", "WIAConfig", "_f", "from_dict", "load_config"]
 
 
 @dataclass
@@ -43,9 +44,7 @@ class ModelConfig:
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
     init_from: str = _f(
         "",
-        "start from saved weights instead of model.name's: an SFT checkpoint folder (roleagent sft "
-        "--out DIR gives DIR/final) or any save_pretrained folder; fresh LoRA adapters go on top, so "
-        "the KL reference is this model. '' = model.name's own weights",
+        "saved weights to start from: an SFT checkpoint (roleagent sft --out D: D/final) or a save_pretrained folder",
     )
     engine: str = _f(
         "hf",
@@ -165,25 +164,6 @@ class EvalConfig:
         2,
         "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate",
     )
-
-
-@dataclass
-class SFTConfig:
-    enabled: bool = _f(
-        False,
-        "warm start: evaluate the base policy, fine-tune it on expert demonstrations (roleagent.sft) "
-        "into run_dir/sft, evaluate it, then run RL from it with fresh LoRA adapters",
-    )
-    expert_tasks: int = _f(
-        100, "training-split tasks the environment's expert plays once each; its successful episodes are the data"
-    )
-    data: str = _f("", "a JSONL file of chat examples (roleagent.sft.data) used besides the expert's; '' = none")
-    epochs: int = _f(3, "passes over the SFT examples")
-    lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    batch_examples: int = _f(16, "examples per optimizer step (the loss is the token mean over their targets)")
-    micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward (gradient accumulation beyond it)")
-    grad_clip: float = _f(1.0, "gradient norm clip")
 
 
 @dataclass
@@ -411,8 +391,3 @@ def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:
         rule = f" (must be {FIELD_RULES[key][1]})" if key in FIELD_RULES else ""
         lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}{rule}")
     return lines
-
-
-def eval_splits(cfg: TrainConfig) -> list[str]:
-    """The evaluation panels' splits: ``eval.splits``, or ``[env.eval_split]`` when empty."""
-    return list(cfg.eval.splits) or [cfg.env.eval_split]

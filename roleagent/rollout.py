@@ -127,6 +127,22 @@ class _Episode:
     done: bool = False
 
 
+def rollout_settings(cfg, max_steps: int) -> RolloutSettings:
+    """The training rollouts' settings from a ``TrainConfig``'s ``rollout`` section."""
+    r = cfg.rollout
+    return RolloutSettings(
+        max_steps=max_steps,
+        action_format=r.action_format,
+        history=r.history,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        invalid_penalty=r.invalid_penalty,
+        project_actions=r.project_actions,
+        context=r.context,
+    )
+
+
 def run_episodes(
     *,
     engine: Engine,

@@ -20,7 +20,6 @@ from roleagent.sft.data import (
     ChatExample,
     EncodedExample,
     SFTDataError,
-    check_example,
     encode_example,
     read_examples,
     write_examples,
@@ -58,7 +57,10 @@ def test_encoding_is_the_rollout_chain_and_masks_flagged_turns_only(engine):
     example = conversation((True, False, True))
     encoded = encode_example(engine, example)
     tok = engine.tokenizer
-    targets = [tok(actor.completion(a, "action"), add_special_tokens=False)["input_ids"] for a in ["go to desk 1", "take key 1", "open door 1"]]
+    targets = [
+        tok(actor.completion(a, "action"), add_special_tokens=False)["input_ids"]
+        for a in ["go to desk 1", "take key 1", "open door 1"]
+    ]
     first = engine.encode_chat(example.messages[:2], response_prefix=PREFIX)
     second = engine.extend_chat(first, targets[0], [example.messages[3]], response_prefix=PREFIX)
     third = engine.extend_chat(second, targets[1], [example.messages[5]], response_prefix=PREFIX)
@@ -101,7 +103,9 @@ def test_token_mean_worked_example_is_independent_of_micro_batching(monkeypatch)
         return -targets.float() + leaf, None  # the log-prob of token id k is -k
 
     monkeypatch.setattr(sft_train, "token_logprobs", fake)
-    policy = type("P", (), {"tokenizer": type("T", (), {"pad_token_id": 0})(), "device": torch.device("cpu"), "model": None})()
+    policy = type(
+        "P", (), {"tokenizer": type("T", (), {"pad_token_id": 0})(), "device": torch.device("cpu"), "model": None}
+    )()
     for budget in (4096, 4):  # one micro-batch, or one per example
         assert sft_train.sft_step_loss(policy, examples, budget) == (pytest.approx(3.0), 4)
 
@@ -109,12 +113,40 @@ def test_token_mean_worked_example_is_independent_of_micro_batching(monkeypatch)
 BAD = [
     ("not json", "not valid JSON"),
     (json.dumps({"messages": []}), "non-empty list"),
-    (json.dumps({"messages": [{"role": "user", "content": "u", "loss": True}, reply("a")]}), "only allowed on assistant"),
-    (json.dumps({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "loss": True}], "response_prefix": PREFIX}), "must start with response_prefix"),
-    (json.dumps({"messages": [{"role": "user", "content": "u"}, reply("a", False)], "response_prefix": PREFIX}), "no assistant message has loss"),
-    (json.dumps({"messages": [{"role": "user", "content": "u"}, reply("a"), {"role": "user", "content": "v"}], "response_prefix": PREFIX}), "last message"),
-    (json.dumps({"messages": [{"role": "robot", "content": "u"}, reply("a")], "response_prefix": PREFIX}), "role 'robot'"),
-    (json.dumps({"messages": [{"role": "user", "content": "u"}, reply("a")], "response_prefix": PREFIX, "x": 1}), "unknown keys"),
+    (
+        json.dumps({"messages": [{"role": "user", "content": "u", "loss": True}, reply("a")]}),
+        "only allowed on assistant",
+    ),
+    (
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "loss": True}],
+                "response_prefix": PREFIX,
+            }
+        ),
+        "must start with response_prefix",
+    ),
+    (
+        json.dumps({"messages": [{"role": "user", "content": "u"}, reply("a", False)], "response_prefix": PREFIX}),
+        "no assistant message has loss",
+    ),
+    (
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": "u"}, reply("a"), {"role": "user", "content": "v"}],
+                "response_prefix": PREFIX,
+            }
+        ),
+        "last message",
+    ),
+    (
+        json.dumps({"messages": [{"role": "robot", "content": "u"}, reply("a")], "response_prefix": PREFIX}),
+        "role 'robot'",
+    ),
+    (
+        json.dumps({"messages": [{"role": "user", "content": "u"}, reply("a")], "response_prefix": PREFIX, "x": 1}),
+        "unknown keys",
+    ),
 ]
 
 
@@ -139,7 +171,14 @@ def test_examples_round_trip_through_jsonl(tmp_path):
 
 
 def examples_for(engine, n: int = 6) -> list[EncodedExample]:
-    actions = ["go to desk 1", "take key 1 from desk 1", "open drawer 2", "look", "go to sofa 1", "put key 1 in drawer 2"]
+    actions = [
+        "go to desk 1",
+        "take key 1 from desk 1",
+        "open drawer 2",
+        "look",
+        "go to sofa 1",
+        "put key 1 in drawer 2",
+    ]
     out = []
     for i in range(n):
         messages = [
@@ -205,14 +244,21 @@ def test_interrupted_sft_resumes_to_the_same_weights_and_is_not_redone(tmp_path,
     sft_train.train_sft(resumed, data, tmp_path / "cut", cfg=CFG, seed=0)
     for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
-    drop = lambda text: [{k: v for k, v in json.loads(x).items() if "time" not in k and "per_s" not in k and "rss" not in k} for x in text.splitlines()]  # noqa: E731
-    assert drop((tmp_path / "cut" / "metrics.jsonl").read_text()) == drop((tmp_path / "whole" / "metrics.jsonl").read_text())
+    assert drop((tmp_path / "cut" / "metrics.jsonl").read_text()) == drop(
+        (tmp_path / "whole" / "metrics.jsonl").read_text()
+    )
 
     monkeypatch.setattr(sft_train, "_epoch", lambda *a: pytest.fail("a finished SFT run was redone"))
     assert sft_train.train_sft(sft_policy(), data, tmp_path / "cut", cfg=CFG, seed=0) == tmp_path / "cut" / "final"
     with pytest.raises(sft_train.CheckpointError, match="other SFT examples"):
         (tmp_path / "cut" / "final" / "done.json").unlink()
         sft_train.train_sft(sft_policy(), data[:3], tmp_path / "cut", cfg=CFG, seed=0)
+
+
+def drop(text: str) -> list[dict]:
+    """metrics.jsonl records without the wall-clock and memory fields."""
+    skip = ("time", "per_s", "rss")
+    return [{k: v for k, v in json.loads(x).items() if not any(s in k for s in skip)} for x in text.splitlines()]
 
 
 def greedy(policy, prompts):
@@ -235,8 +281,15 @@ def test_init_from_round_trip_generates_what_the_sft_policy_generates(tmp_path, 
 
 
 def run_cli(*args, cwd):
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "-m", "roleagent.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "roleagent.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_sft_smoke_and_bad_data(tmp_path):

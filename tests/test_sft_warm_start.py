@@ -34,7 +34,9 @@ def check_prompt_identity(engine, trajectories, settings) -> int:
     assert prompts == [s.prompt_ids for s in steps]
     for s in steps:
         text = actor.completion(s.action, settings.action_format)
-        assert s.action_ids == engine.tokenizer(text, add_special_tokens=False)["input_ids"] and s.action_logprobs == [0.0] * len(s.action_ids)
+        assert s.action_ids == engine.tokenizer(text, add_special_tokens=False)["input_ids"] and s.action_logprobs == [
+            0.0
+        ] * len(s.action_ids)
     return len(examples)
 
 

@@ -195,14 +195,19 @@ def load_init_model(spec: str, init_from: str | Path, *, dtype: torch.dtype) -> 
     path = Path(init_from)
     info = json.loads((path / SFT_INFO).read_text()) if (path / SFT_INFO).is_file() else None
     if info is not None and info.get("base") != spec:
-        raise ValueError(f"model.init_from={str(path)!r} was trained from {info.get('base')!r}, not model.name={spec!r}")
+        raise ValueError(
+            f"model.init_from={str(path)!r} was trained from {info.get('base')!r}, not model.name={spec!r}"
+        )
     if (path / "adapter_config.json").is_file():
         from peft import PeftModel
 
         if info is None:
             raise ValueError(f"model.init_from={str(path)!r}: LoRA adapters without {SFT_INFO} (which base?)")
         base = load_policy(
-            spec, device="cpu", dtype=str(dtype).removeprefix("torch."), seed=info.get("seed", 0),
+            spec,
+            device="cpu",
+            dtype=str(dtype).removeprefix("torch."),
+            seed=info.get("seed", 0),
             init_from=info.get("base_init_from", ""),
         ).model
         return PeftModel.from_pretrained(base, str(path)).merge_and_unload()
@@ -223,3 +228,17 @@ def copy_base_weights(policy: Policy, source: torch.nn.Module) -> None:
             if key not in own:
                 raise ValueError(f"cannot place weight {name!r}: the policy has no such parameter")
             own[key].copy_(value)
+
+
+def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora: bool = True) -> Policy:
+    """:func:`load_policy` with a ``ModelConfig``'s settings (``lora=False``: no adapters)."""
+    m = model_cfg
+    return load_policy(
+        m.name,
+        device=m.device,
+        dtype=m.dtype,
+        lora_rank=m.lora_rank if lora else 0,
+        lora_alpha=m.lora_alpha,
+        seed=seed,
+        init_from=init_from,
+    )

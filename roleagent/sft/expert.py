@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
 from roleagent.sft.data import ChatExample, trajectory_examples
 from roleagent.types import Task, Trajectory
 
@@ -23,7 +23,9 @@ def expert_tasks(train_tasks: list[Task], n: int, *, seed: int, exclude: set[str
     return [pool[i] for i in order]
 
 
-def expert_trajectories(engine, pool, tasks: list[Task], settings: RolloutSettings, *, seed: int = 0) -> list[Trajectory]:
+def expert_trajectories(
+    engine, pool, tasks: list[Task], settings: RolloutSettings, *, seed: int = 0
+) -> list[Trajectory]:
     """One expert episode per task (environment seed ``seed``), prompts as in ``settings``."""
     teacher = dataclasses.replace(settings, teacher="expert")
     return run_episodes(engine=engine, pool=pool, jobs=[(t, seed) for t in tasks], settings=teacher)[0]
@@ -32,10 +34,8 @@ def expert_trajectories(engine, pool, tasks: list[Task], settings: RolloutSettin
 def play_expert(cfg, engine, n_tasks: int, *, workers: int = 4) -> tuple[list[ChatExample], dict[str, int]]:
     """Chat examples of the expert on ``n_tasks`` training tasks of ``cfg``'s environment
     (never a task of ``cfg``'s evaluation panels), prompted as ``cfg.rollout`` prompts."""
-    from roleagent.config import eval_splits
     from roleagent.envs.workers import EnvPool
-    from roleagent.evaluation import panel
-    from roleagent.trainer.loop import rollout_settings
+    from roleagent.evaluation import eval_splits, panel
 
     e = cfg.env
     with EnvPool(e.name, e.kwargs, slots=workers, processes=e.processes, timeout=e.timeout) as pool:

@@ -140,9 +140,7 @@ def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
     start = 0
     if loaded is not None:
         if loaded.state.get("data") != digest:
-            raise CheckpointError(
-                f"{loaded.path}: trained on other SFT examples than these; use another output folder"
-            )
+            raise CheckpointError(f"{loaded.path}: trained on other SFT examples than these; use another output folder")
         apply_checkpoint(loaded, policy=policy, optimizer=optimizer)
         start = loaded.state["iteration"] + 1
     metrics = out / "metrics.jsonl"

@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from roleagent.models.loading import copy_base_weights, load_init_model, load_policy
+from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
 from roleagent.sft.data import encode_example, read_examples, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories
 from roleagent.sft.train import final_dir, is_finished, train_sft
@@ -89,15 +89,7 @@ def run_sft(trainer, out: Path) -> Path:
     """Fine-tune a fresh copy of the base policy on the collected examples into ``out``."""
     cfg, m = trainer.cfg, trainer.cfg.model
     encoded = [encode_example(trainer.engine, e) for e in collect_examples(trainer, out)]
-    policy = load_policy(
-        m.name,
-        device=m.device,
-        dtype=m.dtype,
-        lora_rank=m.lora_rank,
-        lora_alpha=m.lora_alpha,
-        seed=cfg.seed,
-        init_from=m.init_from,
-    )
+    policy = policy_from_config(m, seed=cfg.seed, init_from=m.init_from)
     base = {"base": m.name, "base_init_from": m.init_from, "seed": cfg.seed}
     log = None if trainer.quiet else _warn
     return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log)

@@ -36,13 +36,13 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from roleagent.config import ConfigError, TrainConfig, eval_splits, to_dict
+from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import EnvPool
-from roleagent.evaluation import crashed_count, panel, replay_crashed, success_by_type
+from roleagent.evaluation import crashed_count, eval_splits, panel, replay_crashed, success_by_type
 from roleagent.methods import MethodContext, build_methods
-from roleagent.models.loading import load_policy
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.models.loading import policy_from_config
+from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
 from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records, zero_variance_fraction
 from roleagent.trainer.checkpoint import (
     CheckpointError,
@@ -63,22 +63,6 @@ from roleagent.trainer.run_files import (
 )
 from roleagent.trainer.stages import EnvironmentReward, PPOObjective, RolloutCollector, UniformTaskSource
 from roleagent.types import Task, Trajectory
-
-
-def rollout_settings(cfg: TrainConfig, max_steps: int) -> RolloutSettings:
-    """The training rollouts' settings from ``cfg.rollout`` (``max_steps`` resolved)."""
-    r = cfg.rollout
-    return RolloutSettings(
-        max_steps=max_steps,
-        action_format=r.action_format,
-        history=r.history,
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        invalid_penalty=r.invalid_penalty,
-        project_actions=r.project_actions,
-        context=r.context,
-    )
 
 
 class Trainer:
@@ -106,15 +90,7 @@ class Trainer:
 
         m, r = cfg.model, cfg.rollout
         self.init_from = warm_start_weights(cfg) or m.init_from  # the weights under the adapters
-        self.policy = load_policy(
-            m.name,
-            device=m.device,
-            dtype=m.dtype,
-            lora_rank=m.lora_rank,
-            lora_alpha=m.lora_alpha,
-            seed=cfg.seed,
-            init_from=self.init_from,
-        )
+        self.policy = policy_from_config(m, seed=cfg.seed, init_from=self.init_from)
         if m.gradient_checkpointing:
             self.policy.model.gradient_checkpointing_enable()
         reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
