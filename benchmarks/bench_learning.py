@@ -176,7 +176,12 @@ def plot(results: list[dict], before: float, path: Path) -> None:
 
 
 def table(results: list[dict], before: float, configs: list[str], header: str) -> str:
-    lines = [header, "", "| config | before % | after % | after − before | train % | min/run |", "|---|---|---|---|---|---|"]
+    lines = [
+        header,
+        "",
+        "| config | before % | after % | after − before | train % | min/run |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in configs:
         rows = [r for r in results if r["config"] == name]
         after = [r["after"] for r in rows]
@@ -185,7 +190,12 @@ def table(results: list[dict], before: float, configs: list[str], header: str) -
             f"| {name} | {before:.1f} | {mean_std(after)} | {mean_std(gain)} | "
             f"{mean_std([r['train_success'] for r in rows])} | {np.mean([r['minutes'] for r in rows]):.1f} |"
         )
-    lines += ["", "| paper's ordering | measured Δ (after) ± s.e. | verdict |", "|---|---|---|", *ordering_lines(results)]
+    lines += [
+        "",
+        "| paper's ordering | measured Δ (after) ± s.e. | verdict |",
+        "|---|---|---|",
+        *ordering_lines(results),
+    ]
     return "\n".join(lines)
 
 

@@ -1,9 +1,11 @@
-"""``roleagent`` command line: train, eval, view, envs.
+"""``roleagent`` command line: train, eval, sft, expert-data, view, envs.
 
 roleagent train role_agent_textcraft --set iterations=3 --set optim.lr=1e-4
 roleagent train --explain                     # every config key with its help
 roleagent eval --run runs/role_agent_textcraft  # latest checkpoint on its panel
 roleagent eval --env alfworld --policy expert --split valid_seen
+roleagent sft --expert alfworld --tasks 50 --out runs/sft   # then --set model.init_from=runs/sft/final
+roleagent expert-data grpo_alfworld --out expert.jsonl --tasks 50
 roleagent view runs/role_agent_textcraft --failed
 roleagent envs
 """
@@ -78,10 +80,74 @@ def _eval(args: argparse.Namespace) -> int:
     cfg.iterations = 0
     trainer = Trainer(cfg, resume=bool(args.run), quiet=False)
     try:
-        result = trainer.evaluate(args.label)
+        trainer.evaluate(args.label)
     finally:
         trainer.close()
-    print(format_table({f"{args.label} {cfg.env.eval_split}": result.table}, title=f"{cfg.env.name} success (%)"))
+    rows = {f"{e.label} {e.split}": e.table for e in trainer.evals if e.label == args.label}
+    print(format_table(rows, title=f"{cfg.env.name} success (%)"))
+    return 0
+
+
+def _sft_config(args: argparse.Namespace):
+    """The config of ``sft`` / ``expert-data``: a recipe, or an environment name with defaults."""
+    from roleagent.envs import env_specs
+
+    source = getattr(args, "expert", None) or getattr(args, "recipe", None) or args.config
+    if source in env_specs():
+        return load_config(args.config, [f"env.name={source}", *args.set])
+    return load_config(source, args.set)
+
+
+def _load_for_sft(cfg, *, lora: bool):
+    from roleagent.engine import create_engine
+    from roleagent.models.loading import policy_from_config
+
+    if cfg.threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+    policy = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
+    return policy, create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+
+
+def _expert_data(args: argparse.Namespace) -> int:
+    from roleagent.sft.data import write_examples
+    from roleagent.sft.expert import play_expert
+
+    if args.tasks < 1 or args.workers < 1:
+        raise ConfigError("--tasks and --workers must be >= 1")
+    cfg = _sft_config(args)
+    _, engine = _load_for_sft(cfg, lora=False)
+    examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers)
+    write_examples(args.out, examples)
+    print(f"{args.out}: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} expert episodes")
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from roleagent.sft.data import encode_example, read_examples, write_examples
+    from roleagent.sft.expert import play_expert
+    from roleagent.sft.train import train_sft
+
+    if not args.data and not args.expert:
+        raise ConfigError("give --data FILE.jsonl and/or --expert RECIPE_OR_ENV")
+    if args.tasks < 1:
+        raise ConfigError(f"--tasks={args.tasks}: must be >= 1")
+    cfg = _sft_config(args)
+    out = Path(args.out)
+    examples = read_examples(args.data) if args.data else []
+    policy, engine = _load_for_sft(cfg, lora=True)
+    if args.expert:
+        expert_file = out / "expert.jsonl"
+        if not expert_file.exists():
+            expert, counts = play_expert(cfg, engine, args.tasks)
+            print(f"expert: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} episodes")
+            write_examples(expert_file, expert)
+        examples += read_examples(expert_file)
+    encoded = [encode_example(engine, e) for e in examples]
+    base = {"base": cfg.model.name, "base_init_from": cfg.model.init_from, "seed": cfg.seed}
+    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print)
+    print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0
 
 
@@ -144,6 +210,23 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--memory", action="store_true", help="show the Agent-In-World failure memory")
     view.set_defaults(func=_view)
 
+    sft = sub.add_parser("sft", help="supervised fine-tuning on chat examples (a checkpoint for model.init_from)")
+    sft.add_argument("--data", help="JSONL chat examples (roleagent.sft.data)")
+    sft.add_argument("--expert", metavar="RECIPE_OR_ENV", help="also train on the expert's episodes of this recipe/env")
+    sft.add_argument("--tasks", type=int, default=100, help="training tasks the expert plays (with --expert)")
+    sft.add_argument("--config", help="recipe for the model and sft.* settings (default: --expert's, else defaults)")
+    sft.add_argument("--out", required=True, help="output folder (resumes if it holds checkpoints)")
+    sft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    sft.set_defaults(func=_sft)
+
+    data = sub.add_parser("expert-data", help="write the expert's training-task episodes as SFT chat examples")
+    data.add_argument("recipe", metavar="RECIPE_OR_ENV", help="recipe (prompt format, env) or environment name")
+    data.add_argument("--out", required=True, help="JSONL file to write")
+    data.add_argument("--tasks", type=int, default=100, help="training tasks the expert plays")
+    data.add_argument("--workers", type=int, default=4, help="environment processes")
+    data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    data.set_defaults(func=_expert_data, config=None)
+
     envs = sub.add_parser("envs", help="list environments and whether they can run here")
     envs.set_defaults(func=_envs)
     return parser
@@ -165,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
         return 2
     except Exception as error:
+        from roleagent.sft.data import SFTDataError
+
+        if isinstance(error, SFTDataError):
+            print(f"data error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
+            return 2
         if not isinstance(error, _run_dir_errors()):
             raise
         print(f"run directory error: {' '.join(str(error).split())}", file=sys.stderr)  # one line

@@ -26,6 +26,7 @@ from roleagent.fields import ConfigError, _f
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.plugins import did_you_mean
+from roleagent.sft.config import SFTConfig
 
 __all__ = ["AIWConfig", "ConfigError", "SEALConfig", "TrainConfig", "WIAConfig", "_f", "from_dict", "load_config"]
 
@@ -41,6 +42,10 @@ class ModelConfig:
     lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = _f(32, "LoRA alpha")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
+    init_from: str = _f(
+        "",
+        "saved weights to start from: an SFT checkpoint (roleagent sft --out D: D/final) or a save_pretrained folder",
+    )
     engine: str = _f(
         "hf",
         "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
@@ -157,6 +162,11 @@ class EvalConfig:
     every: int = _f(0, "evaluate every k iterations (0: only before and after training)")
     at_start: bool = _f(True, "evaluate the initial policy")
     max_tasks: int = _f(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
+    splits: list = _f(
+        [],
+        "evaluation panels: every evaluation plays the first max_tasks tasks of each of these splits "
+        "(e.g. [valid_seen, valid_unseen]); [] = [env.eval_split]",
+    )
     temperature: float = _f(0.0, "0 = greedy")
     seed: int = _f(0, "environment seed of every evaluation episode")
     crash_retries: int = _f(
@@ -182,6 +192,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     aiw: AIWConfig = field(default_factory=AIWConfig)
     seal: SEALConfig = field(default_factory=SEALConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
@@ -340,6 +351,8 @@ def validate(cfg: TrainConfig) -> None:
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
+    if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data:
+        raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
     if r.group_size < 2:

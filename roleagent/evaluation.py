@@ -27,6 +27,11 @@ def panel(tasks: list[Task], max_tasks: int = 0) -> list[Task]:
     return tasks[:max_tasks] if max_tasks > 0 else list(tasks)
 
 
+def eval_splits(cfg) -> list[str]:
+    """A ``TrainConfig``'s evaluation panels: ``eval.splits``, or ``[env.eval_split]`` when empty."""
+    return list(cfg.eval.splits) or [cfg.env.eval_split]
+
+
 def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_steps: int) -> list[Trajectory]:
     """Play each job with the environment's expert; an env without one fails every task."""
     out: list[Trajectory] = []

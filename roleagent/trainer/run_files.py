@@ -37,6 +37,17 @@ class EvalResult:
     label: str
     trajectories: list[Trajectory]
     table: dict[str, float] = field(default_factory=dict)
+    split: str = ""  # the panel's split ("": the run's env.eval_split, as in older checkpoints)
+    record: dict[str, Any] = field(default_factory=dict)  # its metrics.jsonl record
+
+    @classmethod
+    def restored(cls, row) -> EvalResult:
+        """From a checkpoint's ``(label, table[, split])``."""
+        return cls(row[0], [], row[1], row[2] if len(row) > 2 else "")
+
+
+#: Row names of the table when the run was warm-started (``sft.enabled``).
+WARM_START_LABELS = {"base": "base", "sft": "after SFT", "after": "after RL"}
 
 
 def prepare_run_files(
@@ -86,20 +97,41 @@ def dump_trajectories(run_dir: Path, name: str, trajectories: list[Trajectory]) 
             f.write(json.dumps(t.to_json(), default=str) + "\n")
 
 
+def eval_rows(cfg: TrainConfig, evals: list[EvalResult]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{split: {row label: table}}`` in evaluation order; warm-started runs name their
+    rows ``base`` / ``after SFT`` / ``after RL``."""
+    names = WARM_START_LABELS if cfg.sft.enabled else {}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for e in evals:
+        out.setdefault(e.split or cfg.env.eval_split, {})[names.get(e.label, e.label)] = e.table
+    return out
+
+
 def write_run_summary(
-    cfg: TrainConfig, evals: list[EvalResult], eval_tasks: list[Task], methods: Sequence[Any], *, quiet: bool
+    cfg: TrainConfig,
+    evals: list[EvalResult],
+    panels: dict[str, list[Task]],
+    methods: Sequence[Any],
+    *,
+    quiet: bool,
 ) -> None:
-    """``eval_table.txt`` and ``summary.json`` in the run directory, then each method's own
-    summary; prints the table unless ``quiet``."""
+    """``eval_table.txt`` (one table per panel, one row per evaluation) and
+    ``summary.json`` in the run directory, then each method's own summary; prints the
+    tables unless ``quiet``."""
     run_dir = Path(cfg.run_dir)
-    rows = {e.label: e.table for e in evals}
-    table = format_table(rows, title=f"{cfg.env.name} {cfg.env.eval_split} success (%)")
+    by_split = eval_rows(cfg, evals)
+    table = "\n\n".join(
+        format_table(rows, title=f"{cfg.env.name} {split} success (%)") for split, rows in by_split.items()
+    )
     (run_dir / "eval_table.txt").write_text(table + "\n")
+    first = next(iter(panels), cfg.env.eval_split)
     summary = {
         "run_dir": str(run_dir),
         "algo": cfg.algo.name,
-        "evals": rows,
-        "eval_tasks": [t.id for t in eval_tasks],
+        "evals": {e.label: e.table for e in evals if (e.split or cfg.env.eval_split) == first},  # first panel
+        "eval_tasks": [t.id for t in panels.get(first, [])],
+        "evals_by_split": by_split,
+        "eval_panels": {split: [t.id for t in tasks] for split, tasks in panels.items()},
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     for method in methods:

@@ -4,7 +4,7 @@
 * ``generator`` / ``scenes`` / ``pddl`` - deterministic ALFRED-style game generation.
 * ``engine`` - alfworld's wrappers around TextWorld's PDDL backend; planner check.
 * ``official`` - loading ALFWorld's released games from ``$ALFWORLD_DATA``.
-* ``expert`` - planner expert episodes and the SFT dataset builder.
+* ``expert`` - planner expert episodes (SFT data: ``roleagent.sft``).
 * ``diagnosis`` - rule-based failure labels (Role-Agent Table 6), built on ``commands``
   (command / feedback text), ``groundtruth`` (the game's goal and layout) and ``replay``.
 * ``report`` - the paper's Table 1 format.

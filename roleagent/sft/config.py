@@ -1,0 +1,26 @@
+"""The ``sft:`` section of a recipe: the supervised warm start (``roleagent.sft``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roleagent.fields import _f
+
+
+@dataclass
+class SFTConfig:
+    enabled: bool = _f(
+        False,
+        "warm start: evaluate the base policy, fine-tune it on expert demonstrations (roleagent.sft) "
+        "into run_dir/sft, evaluate it, then run RL from it with fresh LoRA adapters",
+    )
+    expert_tasks: int = _f(
+        100, "training-split tasks the environment's expert plays once each; its successful episodes are the data"
+    )
+    data: str = _f("", "a JSONL file of chat examples (roleagent.sft.data) used besides the expert's; '' = none")
+    epochs: int = _f(3, "passes over the SFT examples")
+    lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    batch_examples: int = _f(16, "examples per optimizer step (the loss is the token mean over their targets)")
+    micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward (gradient accumulation beyond it)")
+    grad_clip: float = _f(1.0, "gradient norm clip")

@@ -1,0 +1,221 @@
+"""Chat examples for supervised fine-tuning: the JSONL format, its checks, and its encoding.
+
+One JSONL line is one example::
+
+    {"messages": [{"role": "system", "content": "..."},
+                  {"role": "user", "content": "..."},
+                  {"role": "assistant", "content": "<action>go to desk 1</action>", "loss": true}],
+     "response_prefix": "<action>",
+     "meta": {"task": "alfworld/easy/train/pick_and_place/0003"}}
+
+Roles are ``system``, ``user``, ``assistant`` and ``tool``. ``loss`` (default false) may
+only be set on assistant messages. Every assistant message is a whole assistant turn and
+starts with ``response_prefix``; the prefix belongs to the prompt (in rollouts the engine
+pre-fills it), the rest is the target. At least one assistant message carries the loss,
+and the last message is an assistant message (a message after it would train nothing).
+
+Encoding (:func:`encode_example`) uses the engine's own chat encoding, as rollouts do: the
+first assistant turn's prompt is ``engine.encode_chat(messages before it,
+response_prefix)``, each later one's is ``engine.extend_chat(previous prompt, previous
+target ids, messages in between, response_prefix)`` (``rollout.context=full``), and a
+target is ``tokenizer(content[len(prefix):], add_special_tokens=False)``. The example is
+one sequence (the last prompt and target) whose loss mask covers the target tokens of the
+flagged turns; unflagged assistant turns are context only.
+
+Expert rollouts (``RolloutSettings.teacher="expert"``) become examples with
+:func:`trajectory_examples`: a step whose prompt was a whole chat (``rollout.context=window``,
+or a restarted full chat) starts an example, a step whose prompt continued the previous
+turn's chat extends it, so window rollouts give one example per step and full-context
+rollouts one per episode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roleagent.types import Trajectory
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class SFTDataError(ValueError):
+    """A malformed example; the message names its file and line."""
+
+
+@dataclass
+class ChatExample:
+    messages: list[dict[str, Any]]  # role, content, and loss (assistant messages only)
+    response_prefix: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"messages": self.messages, "response_prefix": self.response_prefix, "meta": self.meta}
+
+
+@dataclass
+class EncodedExample:
+    """One training sequence: ``ids`` and a 0/1 ``loss_mask`` of the same length;
+    ``prompts`` holds every assistant turn's prompt ids (for checks)."""
+
+    ids: list[int]
+    loss_mask: list[int]
+    prompts: list[list[int]]
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+    @property
+    def loss_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+
+# ------------------------------------------------------------------ checks -----------
+
+
+def check_example(data: Any, where: str = "example") -> ChatExample:
+    """A :class:`ChatExample` from a decoded JSON value, or :class:`SFTDataError` naming ``where``."""
+
+    def fail(problem: str) -> SFTDataError:
+        return SFTDataError(f"{where}: {problem}")
+
+    if not isinstance(data, dict):
+        raise fail(f"expected a JSON object, got {type(data).__name__}")
+    unknown = set(data) - {"messages", "response_prefix", "meta"}
+    if unknown:
+        raise fail(f"unknown keys {sorted(unknown)} (allowed: messages, response_prefix, meta)")
+    prefix, meta, messages = data.get("response_prefix", ""), data.get("meta", {}), data.get("messages")
+    if not isinstance(prefix, str):
+        raise fail("response_prefix must be a string")
+    if not isinstance(meta, dict):
+        raise fail("meta must be an object")
+    if not isinstance(messages, list) or not messages:
+        raise fail("messages must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) - {"role", "content", "loss"}:
+            raise fail(f"message {i} must be an object with role, content and optionally loss")
+        role, content, loss = m.get("role"), m.get("content"), m.get("loss", False)
+        if role not in ROLES:
+            raise fail(f"message {i}: role {role!r} is not one of {', '.join(ROLES)}")
+        if not isinstance(content, str):
+            raise fail(f"message {i}: content must be a string")
+        if not isinstance(loss, bool):
+            raise fail(f"message {i}: loss must be true or false")
+        if loss and role != "assistant":
+            raise fail(f"message {i}: loss is only allowed on assistant messages, not {role}")
+        if role == "assistant" and not content.startswith(prefix):
+            raise fail(f"message {i}: an assistant message must start with response_prefix {prefix!r}")
+        out.append({"role": role, "content": content, **({"loss": loss} if role == "assistant" else {})})
+    if not any(m.get("loss") for m in out):
+        raise fail("no assistant message has loss: true (nothing to train)")
+    if out[0]["role"] == "assistant":
+        raise fail("the first message is an assistant turn: it has no prompt")
+    if out[-1]["role"] != "assistant":
+        raise fail("the last message must be an assistant turn (later messages train nothing)")
+    return ChatExample(out, prefix, dict(meta))
+
+
+def read_examples(path: str | Path) -> list[ChatExample]:
+    """Every example of a JSONL file (blank lines allowed); the first malformed line
+    raises :class:`SFTDataError` naming ``path:line``."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SFTDataError(f"{path}: cannot read ({error})") from None
+    examples = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError as error:
+            raise SFTDataError(f"{path}:{number}: not valid JSON ({error})") from None
+        examples.append(check_example(data, f"{path}:{number}"))
+    if not examples:
+        raise SFTDataError(f"{path}: no examples")
+    return examples
+
+
+def write_examples(path: str | Path, examples: Iterable[ChatExample]) -> int:
+    """Write JSONL atomically (a temporary file renamed into place); returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    count = 0
+    with tmp.open("w") as f:
+        for example in examples:
+            f.write(json.dumps(example.to_json()) + "\n")
+            count += 1
+    tmp.replace(path)
+    return count
+
+
+# ---------------------------------------------------------------- encoding -----------
+
+
+def encode_example(engine, example: ChatExample) -> EncodedExample:
+    """The example's training sequence, encoded as rollouts encode their prompts (module
+    docstring). Raises :class:`SFTDataError` when a continuation exceeds the engine's
+    ``max_prompt_tokens``."""
+    prefix = example.response_prefix
+    prompt: list[int] | None = None
+    target: list[int] = []
+    between: list[dict[str, str]] = []
+    turns: list[tuple[int, list[int], bool]] = []  # (offset, target ids, loss)
+    prompts = []
+    for m in example.messages:
+        if m["role"] != "assistant":
+            between.append({"role": m["role"], "content": m["content"]})
+            continue
+        if prompt is None:
+            prompt = engine.encode_chat(between, response_prefix=prefix)
+        else:
+            following = engine.extend_chat(prompt, target, between, response_prefix=prefix)
+            if following is None:
+                raise SFTDataError(
+                    f"example {example.meta or ''} is longer than the engine's max_prompt_tokens="
+                    f"{engine.max_prompt_tokens}: split it or raise rollout.max_prompt_tokens"
+                )
+            prompt = following
+        target = engine.tokenizer(m["content"][len(prefix) :], add_special_tokens=False)["input_ids"]
+        turns.append((len(prompt), target, bool(m.get("loss"))))
+        prompts.append(list(prompt))
+        between = []
+    ids = list(prompt) + list(target)
+    mask = [0] * len(ids)
+    for offset, ids_of_turn, loss in turns:
+        if ids[offset : offset + len(ids_of_turn)] != list(ids_of_turn):
+            raise SFTDataError("the engine's extend_chat did not keep an earlier turn token for token")
+        if loss:
+            mask[offset : offset + len(ids_of_turn)] = [1] * len(ids_of_turn)
+    return EncodedExample(ids, mask, prompts)
+
+
+# ---------------------------------------------------------- from rollouts ------------
+
+
+def trajectory_examples(trajectory: Trajectory) -> list[ChatExample]:
+    """Chat examples of a teacher rollout (module docstring); every step is trained.
+    Steps without a recorded chat (``step.extras["chat"]``) or without an action are refused."""
+    examples: list[ChatExample] = []
+    task = trajectory.task
+    for index, step in enumerate(trajectory.steps):
+        chat = step.extras.get("chat")
+        if chat is None or not step.valid or not step.action_text:
+            raise ValueError(f"{task.id} step {index}: not a teacher step with an action (chat and action needed)")
+        prefix = chat["response_prefix"]
+        reply = {"role": "assistant", "content": prefix + step.action_text, "loss": True}
+        if chat["mode"] == "extend" and examples:
+            examples[-1].messages += [dict(m) for m in chat["messages"]] + [reply]
+            examples[-1].meta["steps"].append(index)
+            continue
+        meta = {"task": task.id, "split": task.split, "task_type": task.metadata.get("task_type"), "steps": [index]}
+        examples.append(ChatExample([dict(m) for m in chat["messages"]] + [reply], prefix, meta))
+    return examples

@@ -1,0 +1,54 @@
+"""Expert demonstrations through the rollout code: the environment's expert plays training
+tasks (``RolloutSettings.teacher="expert"``), so every prompt is built exactly as in RL,
+and its successful episodes become chat examples (``roleagent.sft.data``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
+from roleagent.sft.data import ChatExample, trajectory_examples
+from roleagent.types import Task, Trajectory
+
+
+def expert_tasks(train_tasks: list[Task], n: int, *, seed: int, exclude: set[str] = frozenset()) -> list[Task]:
+    """``n`` distinct training tasks in a seeded random order, never one of ``exclude``
+    (the evaluation panels' task ids)."""
+    pool = [t for t in train_tasks if t.id not in exclude]
+    if n > len(pool):
+        raise ValueError(f"sft.expert_tasks={n}: only {len(pool)} training tasks outside the evaluation panels")
+    order = np.random.default_rng(seed).permutation(len(pool))[:n]
+    return [pool[i] for i in order]
+
+
+def expert_trajectories(
+    engine, pool, tasks: list[Task], settings: RolloutSettings, *, seed: int = 0
+) -> list[Trajectory]:
+    """One expert episode per task (environment seed ``seed``), prompts as in ``settings``."""
+    teacher = dataclasses.replace(settings, teacher="expert")
+    return run_episodes(engine=engine, pool=pool, jobs=[(t, seed) for t in tasks], settings=teacher)[0]
+
+
+def play_expert(cfg, engine, n_tasks: int, *, workers: int = 4) -> tuple[list[ChatExample], dict[str, int]]:
+    """Chat examples of the expert on ``n_tasks`` training tasks of ``cfg``'s environment
+    (never a task of ``cfg``'s evaluation panels), prompted as ``cfg.rollout`` prompts."""
+    from roleagent.envs.workers import EnvPool
+    from roleagent.evaluation import eval_splits, panel
+
+    e = cfg.env
+    with EnvPool(e.name, e.kwargs, slots=workers, processes=e.processes, timeout=e.timeout) as pool:
+        meta = pool.meta
+        exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
+        tasks = expert_tasks(meta.tasks(e.train_split), n_tasks, seed=cfg.seed, exclude=exclude)
+        settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
+        return expert_examples(expert_trajectories(engine, pool, tasks, settings, seed=cfg.seed))
+
+
+def expert_examples(trajectories: list[Trajectory]) -> tuple[list[ChatExample], dict[str, int]]:
+    """Chat examples of the successful, uncrashed episodes whose every step had an expert
+    action, and counts {"episodes", "successes", "examples"}."""
+    good = [t for t in trajectories if t.success and not t.crashed and all(s.valid for s in t.steps)]
+    examples = [e for t in good for e in trajectory_examples(t)]
+    return examples, {"episodes": len(trajectories), "successes": len(good), "examples": len(examples)}

@@ -1,0 +1,211 @@
+"""Supervised fine-tuning on chat examples: token-mean cross-entropy over loss-masked tokens.
+
+One optimizer step takes ``batch_examples`` examples (shuffled each epoch with a seed of
+its own, so a resumed run sees the same order) and minimises
+
+    L = - Σ_{tokens t with mask 1} log π(x_t | x_<t) / (number of such tokens in the step)
+
+in micro-batches of at most ``micro_batch_tokens`` padded tokens (rows of similar length
+packed together, ``roleagent.trainer.update.micro_batches``), each micro-batch's sum
+divided by the step's token count before ``backward``, so accumulation changes nothing.
+Log-probs come from ``roleagent.trainer.update.token_logprobs`` at temperature 1.
+Worked example: two examples with 3 and 1 target tokens of log-probs (-1, -2, -3) and
+(-6) give L = (1 + 2 + 3 + 6) / 4 = 3 whatever the micro-batching (``tests/test_sft.py``).
+
+Output folder (``out``)::
+
+    checkpoints/iter_00000k/   after epoch k (``roleagent.trainer.checkpoint``: weights or
+                               adapters, AdamW state, the data's digest); a rerun resumes
+    metrics.jsonl              one record per epoch: loss, tokens/s, peak RSS
+    final/                     the policy for ``model.init_from``: LoRA adapters
+                               (``save_pretrained``) + ``roleagent_sft.json`` naming the
+                               base, or a full ``save_pretrained`` model; ``done.json`` last
+
+A run whose ``final/done.json`` exists is not redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from roleagent.models.loading import SFT_INFO, Policy
+from roleagent.sft.data import EncodedExample
+from roleagent.trainer.checkpoint import CheckpointError, apply_checkpoint, find_checkpoint, save_checkpoint
+from roleagent.trainer.update import micro_batches, token_logprobs
+
+DONE = "done.json"
+
+
+def final_dir(out: str | Path) -> Path:
+    return Path(out) / "final"
+
+
+def is_finished(out: str | Path) -> bool:
+    return (final_dir(out) / DONE).is_file()
+
+
+def data_digest(examples: list[EncodedExample]) -> str:
+    digest = hashlib.sha256()
+    for e in examples:
+        digest.update(json.dumps([e.ids, e.loss_mask]).encode())
+    return digest.hexdigest()
+
+
+def collate(examples: list[EncodedExample], pad_id: int, device: torch.device):
+    """Left-padded rows; targets and mask over the last K positions, K reaching back to
+    the earliest loss token of any row. Returns input_ids, attention, positions (B, L),
+    targets, mask (B, K) and K."""
+    width = max(len(e.ids) for e in examples)
+    keep = max(len(e.ids) - e.loss_mask.index(1) for e in examples)
+    n = len(examples)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)  # (B, L)
+    attention = torch.zeros((n, width), dtype=torch.long)  # (B, L)
+    targets = torch.full((n, keep), pad_id, dtype=torch.long)  # (B, K)
+    mask = torch.zeros((n, keep))  # (B, K)
+    for row, e in enumerate(examples):
+        input_ids[row, width - len(e.ids) :] = torch.tensor(e.ids)
+        attention[row, width - len(e.ids) :] = 1
+        k = min(keep, len(e.ids))
+        targets[row, keep - k :] = torch.tensor(e.ids[-k:])
+        mask[row, keep - k :] = torch.tensor(e.loss_mask[-k:], dtype=torch.float)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    return [t.to(device) for t in (input_ids, attention, positions, targets, mask)] + [keep]
+
+
+def sft_step_loss(policy: Policy, batch: list[EncodedExample], micro_batch_tokens: int) -> tuple[float, int]:
+    """Backward of the token-mean cross-entropy of ``batch`` (module docstring); returns
+    (loss, loss tokens). Gradients accumulate into ``.grad``."""
+    n_tokens = sum(e.loss_tokens for e in batch)
+    total = 0.0
+    for micro in micro_batches(batch, micro_batch_tokens):
+        input_ids, attention, positions, targets, mask, keep = collate(
+            micro, policy.tokenizer.pad_token_id, policy.device
+        )
+        logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep)  # (B, K)
+        loss = -(logprobs * mask).sum() / n_tokens
+        loss.backward()
+        total += float(loss.detach())
+    return total, n_tokens
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def train_sft(
+    policy: Policy,
+    examples: list[EncodedExample],
+    out: str | Path,
+    *,
+    cfg,
+    seed: int = 0,
+    base: dict | None = None,
+    log=None,
+) -> Path:
+    """Fine-tune ``policy`` on ``examples`` (``cfg``: an ``SFTConfig``) into ``out``;
+    resumes from ``out``'s newest epoch checkpoint; returns ``final_dir(out)``.
+    ``base`` ({"base", "base_init_from", "seed"}) names the model under LoRA adapters."""
+    out = Path(out)
+    if is_finished(out):
+        return final_dir(out)
+    if not examples:
+        raise ValueError("no SFT examples to train on")
+    out.mkdir(parents=True, exist_ok=True)
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    digest = data_digest(examples)
+    start = _resume(out, policy, optimizer, digest, log)
+    for epoch in range(start, cfg.epochs):
+        record = _epoch(policy, optimizer, examples, cfg, seed, epoch)
+        with (out / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if log is not None:
+            log(f"sft epoch {epoch}: loss={record['loss']:.4f} tokens/s={record['tokens_per_s']:.0f}")
+        save_checkpoint(out, epoch, policy=policy, optimizer=optimizer, state={"data": digest, "epochs": cfg.epochs})
+    return save_final(policy, out, base or {"base": policy.name, "base_init_from": "", "seed": seed})
+
+
+def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
+    """The first epoch still to run; restores the newest checkpoint and cuts
+    metrics.jsonl back to the epochs before it."""
+    loaded = find_checkpoint(out, lora=policy.lora, device=policy.device, warn=log or print)
+    start = 0
+    if loaded is not None:
+        if loaded.state.get("data") != digest:
+            raise CheckpointError(f"{loaded.path}: trained on other SFT examples than these; use another output folder")
+        apply_checkpoint(loaded, policy=policy, optimizer=optimizer)
+        start = loaded.state["iteration"] + 1
+    metrics = out / "metrics.jsonl"
+    if metrics.exists():
+        kept = [line for line in metrics.read_text().splitlines() if line and json.loads(line)["epoch"] < start]
+        metrics.write_text("".join(line + "\n" for line in kept))
+    return start
+
+
+def _epoch(policy: Policy, optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int) -> dict:
+    order = list(range(len(examples)))
+    random.Random(f"{seed}/{epoch}").shuffle(order)
+    policy.model.train()
+    started = time.perf_counter()
+    loss_sum = tokens = seen = steps = 0
+    for start in range(0, len(order), cfg.batch_examples):
+        batch = [examples[i] for i in order[start : start + cfg.batch_examples]]
+        optimizer.zero_grad(set_to_none=True)
+        loss, n = sft_step_loss(policy, batch, cfg.micro_batch_tokens)
+        grads = [p for p in policy.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(grads, cfg.grad_clip)
+        if not torch.isfinite(norm):
+            raise FloatingPointError("non-finite SFT gradient norm: lower sft.lr")
+        optimizer.step()
+        loss_sum, tokens, steps = loss_sum + loss * n, tokens + n, steps + 1
+        seen += sum(len(e.ids) for e in batch)
+    elapsed = time.perf_counter() - started
+    policy.model.eval()
+    return {
+        "epoch": epoch,
+        "loss": loss_sum / max(tokens, 1),
+        "loss_tokens": tokens,
+        "steps": steps,
+        "tokens_per_s": seen / max(elapsed, 1e-9),
+        "time_s": elapsed,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def save_final(policy: Policy, out: Path, base: dict) -> Path:
+    """``final/``: adapters + ``roleagent_sft.json``, or the full model and tokenizer;
+    written to a temporary folder and renamed, ``done.json`` last."""
+    final = final_dir(out)
+    tmp = final.with_name("final.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.model.save_pretrained(tmp)
+    if not policy.lora:
+        policy.tokenizer.save_pretrained(tmp)
+    (tmp / SFT_INFO).write_text(json.dumps(base))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (final / DONE).write_text(json.dumps({"base": base}))
+    return final
+
+
+def evaluate_loss(policy: Policy, examples: list[EncodedExample], micro_batch_tokens: int = 4096) -> float:
+    """Token-mean cross-entropy of ``examples`` under ``policy`` (no update)."""
+    policy.model.eval()
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for micro in micro_batches(examples, micro_batch_tokens):
+            input_ids, attention, positions, targets, mask, keep = collate(
+                micro, policy.tokenizer.pad_token_id, policy.device
+            )
+            logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep)
+            total += float(-(logprobs * mask).sum())
+            tokens += int(mask.sum())
+    return total / max(tokens, 1)
