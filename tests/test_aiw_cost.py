@@ -197,3 +197,34 @@ def test_an_unmappable_type_after_our_prefix_falls_back_to_the_rule_diagnosis(tm
     assert {(r.dominant_type, r.source) for r in rows} == {("navigation_loop", "rule")}
     # an answer that names a label, or "other" itself, is kept
     assert parse_reflection(ANALYSIS_ANSWER_PREFIX + " other", TAXONOMY).type_status == "exact"
+
+
+def test_trainer_iteration_with_the_policy_analyst_reuses_the_shared_prefix(tmp_path):
+    # through the trainer's own chat and engine (tiny model): the analyst's prompts share
+    # their instructions, prefilled once, and every prompt of the batch reuses them
+    from roleagent.trainer import Trainer
+    from tests import run_helpers
+
+    reused = {}
+    for layout in ("shared_first", "paper"):
+        extra = [
+            "aiw.enabled=true",
+            "aiw.analyst=policy",
+            "aiw.retriever=bm25",
+            f"aiw.analyst_prompt={layout}",
+            "aiw.analysis_max_new_tokens=4",
+            "rollout.prefix_cache_tokens=16384",
+            "rollout.max_prompt_tokens=2048",
+            "eval.at_start=false",
+        ]
+        trainer = Trainer(run_helpers.config(tmp_path / layout, 1, extra), quiet=True)
+        try:
+            record = trainer.train_iteration(0)
+        finally:
+            trainer.close()
+        if record["aiw/n_failures"] < 2:
+            pytest.skip("fewer than two failures to share a prefix")
+        reused[layout] = record["aiw/prefix_reused_tokens"]
+    # the paper's order shares only the system message and whatever the failures' own texts
+    # have in common
+    assert reused["shared_first"] >= MIN_SHARED_PREFIX_TOKENS * 2 and reused["shared_first"] > reused["paper"]
