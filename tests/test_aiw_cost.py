@@ -20,7 +20,9 @@ from roleagent.methods.role_agent.aiw.prompts import (
     ANALYSIS_ANSWER_PREFIX,
     ANALYSIS_STOP,
     ANALYSIS_STOP_AFTER_PREFIX,
+    RETRIEVAL_ANSWER_PREFIX,
     RETRIEVAL_STOP,
+    RETRIEVAL_STOP_AFTER_PREFIX,
     analysis_messages,
 )
 from roleagent.methods.role_agent.aiw.reflection import parse_reflection
@@ -97,7 +99,7 @@ def test_role_calls_are_bounded_by_stop_strings_and_prefix(tmp_path):
         method.close()
     analyst, retriever = chat.calls
     assert analyst == dict(n=6, max_new_tokens=100, stop=ANALYSIS_STOP_AFTER_PREFIX, prefix=ANALYSIS_ANSWER_PREFIX)
-    assert retriever["stop"] == RETRIEVAL_STOP and retriever["prefix"] == "" and retriever["max_new_tokens"] == 50
+    assert retriever == dict(n=6, max_new_tokens=50, stop=RETRIEVAL_STOP_AFTER_PREFIX, prefix=RETRIEVAL_ANSWER_PREFIX)
     # the answers, cut at </reflection>, parse with every field; the stored raw answer
     # starts with the prefix the model did not write and ends at the stop string
     assert m["n_failures"] == 6 and m["n_parse_fallback"] == 0 and m["n_partial"] == 0
@@ -123,7 +125,7 @@ def test_paper_parity_options_send_no_stop_and_no_prefix(tmp_path):
         method.after_iteration([make_traj(TRAIN[0]), make_traj(TRAIN[1])], iteration=0)
     finally:
         method.close()
-    assert chat.calls[0]["stop"] == ANALYSIS_STOP and chat.calls[0]["prefix"] == ""
+    assert [(c["stop"], c["prefix"]) for c in chat.calls] == [(ANALYSIS_STOP, ""), (RETRIEVAL_STOP, "")]
     assert chat.calls[0]["max_new_tokens"] == AIWConfig().analysis_max_new_tokens
 
 
@@ -228,3 +230,15 @@ def test_trainer_iteration_with_the_policy_analyst_reuses_the_shared_prefix(tmp_
     # the paper's order shares only the system message and whatever the failures' own texts
     # have in common
     assert reused["shared_first"] >= MIN_SHARED_PREFIX_TOKENS * 2 and reused["shared_first"] > reused["paper"]
+
+
+def test_retriever_answer_after_its_prefix_selects_the_named_candidates():
+    from roleagent.methods.role_agent.aiw.retrieval import parse_selection
+
+    # Figure 9's block started for the model and cut at a blank line
+    answer = (
+        RETRIEVAL_ANSWER_PREFIX + " [2] Put a clean cloth in toilet.\nREASON: same\nINDEX/TASK/REFLECTIONS: [4]\n\n"
+    )
+    assert parse_selection(answer, 5, limit=3) == [1, 3]
+    # the model echoed the placeholder: nothing usable (the caller takes the top-k)
+    assert parse_selection(RETRIEVAL_ANSWER_PREFIX + " <index, task and reflections>", 5) is None

@@ -64,13 +64,14 @@ class AIWConfig:
     )
     answer_prefix: bool = _f(
         True,
-        "the policy analyst's answer starts with '<reflection>' and 'DOMINANT_TYPE:' written for it "
-        "(prefilled; false: the model writes the whole answer, as in the paper)",
+        "the policy analyst's answer starts with '<reflection>' and 'DOMINANT_TYPE:', the retriever's "
+        "with '<selected_tasks>' and 'INDEX/TASK/REFLECTIONS:', written for them (prefilled; false: "
+        "the model writes the whole answer, as in the paper)",
     )
     stop_at_close: bool = _f(
         True,
         "the policy analyst stops at </reflection> (with answer_prefix also at a new <reflection>, a markdown "
-        "heading or a blank line) and the policy retriever at </selected_tasks> "
+        "heading or a blank line) and the policy retriever at </selected_tasks> (likewise) "
         "(false: both write until EOS or their token limit)",
     )
     analysis_max_new_tokens: int = _f(

@@ -21,7 +21,9 @@ from roleagent.methods.role_agent.aiw.prompts import (
     ANALYSIS_ANSWER_PREFIX,
     ANALYSIS_STOP,
     ANALYSIS_STOP_AFTER_PREFIX,
+    RETRIEVAL_ANSWER_PREFIX,
     RETRIEVAL_STOP,
+    RETRIEVAL_STOP_AFTER_PREFIX,
 )
 from roleagent.types import Task
 
@@ -97,7 +99,12 @@ class AgentInWorldMethod(Method):
                 ANALYSIS_STOP_AFTER_PREFIX if prefix else ANALYSIS_STOP,
                 response_prefix=prefix,
             ),
-            retrieval_generate=self._role(cfg.retrieval_max_new_tokens, 0.0, RETRIEVAL_STOP),
+            retrieval_generate=self._role(
+                cfg.retrieval_max_new_tokens,
+                0.0,
+                RETRIEVAL_STOP_AFTER_PREFIX if cfg.answer_prefix else RETRIEVAL_STOP,
+                response_prefix=RETRIEVAL_ANSWER_PREFIX if cfg.answer_prefix else "",
+            ),
         )
         metrics["prefix_reused_tokens"] = float(getattr(engine, "reused_prompt_tokens", 0) - reused_before)
         return metrics

@@ -27,8 +27,8 @@ Deviations from the paper's templates, on purpose:
 * The policy analyst's answer may be started for it (:data:`ANALYSIS_ANSWER_PREFIX`,
   ``aiw.answer_prefix``) and is cut at the closing tag (:data:`ANALYSIS_STOP`,
   ``aiw.stop_at_close``; with the prefix also at a new block, a heading or a blank line,
-  :data:`ANALYSIS_STOP_AFTER_PREFIX`); the retriever's at ``</selected_tasks>``
-  (:data:`RETRIEVAL_STOP`).
+  :data:`ANALYSIS_STOP_AFTER_PREFIX`); the retriever's likewise
+  (:data:`RETRIEVAL_ANSWER_PREFIX`, :data:`RETRIEVAL_STOP`, :data:`RETRIEVAL_STOP_AFTER_PREFIX`).
 """
 
 from __future__ import annotations
@@ -120,8 +120,12 @@ INDEX/TASK/REFLECTIONS: <index, task and reflections from the candidate list>
 REASON: <one sentence explaining why this task matches the current failure pattern>
 </selected_tasks>"""
 
-#: Where the retriever's answer ends (a stop string at the closing tag).
+#: Where the retriever's answer starts (prefilled with ``aiw.answer_prefix``) and ends: at
+#: the closing tag, and, once started inside the block, also at a new block, a heading or a
+#: blank line (Figure 9's block has none).
+RETRIEVAL_ANSWER_PREFIX = "<selected_tasks>\nINDEX/TASK/REFLECTIONS:"
 RETRIEVAL_STOP = ("</selected_tasks>",)
+RETRIEVAL_STOP_AFTER_PREFIX = ("</selected_tasks>", "<selected_tasks>", "\n## ", "\n\n")
 
 
 def _clip(text: str, limit: int) -> str:
