@@ -5,7 +5,8 @@ Methods: GiGPO, Role-Agent (WIA on), Role-Agent with Agent-In-World (policy anal
 retriever). Paths:
 
 * ``old``  — no prefix KV reuse, sliding-window prompts, the World-In-Agent prediction as
-  a separate prompt, one training sample per turn;
+  a separate prompt, one training sample per turn; the Agent-In-World analyst in Figure 8's
+  order, writing its whole answer with no stop string, at most 256 tokens (retriever 160);
 * ``new``  — prefix KV reuse (32768 tokens), the prediction prompt as a continuation of
   the action prompt (its KV reused), window prompts (``optim.pack_episodes`` is on, the
   shipped default, but window turns never nest, so nothing is packed);
@@ -20,6 +21,7 @@ Agent-In-World included), for the full Role-Agent method.
 
     python benchmarks/bench_iteration.py [--recipe role_agent_alfworld] [--set key=value ...]
     python benchmarks/bench_iteration.py --smoke   # tiny model, scripted env: checks it runs
+    python benchmarks/bench_iteration.py --methods "Role-Agent (WIA+AIW)" --paths old,new  # AIW share only
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ PATHS = {
         "rollout.context=window",
         "wia.prompt=separate",
         "optim.pack_episodes=false",
+        "aiw.analyst_prompt=paper",
+        "aiw.answer_prefix=false",
+        "aiw.stop_at_close=false",
+        "aiw.analysis_max_new_tokens=256",
+        "aiw.retrieval_max_new_tokens=160",
     ],
     "new": [
         "rollout.prefix_cache_tokens=32768",
@@ -124,35 +131,45 @@ def report(rows: dict[tuple[str, str], dict], paths: list[str]) -> None:
             f"{method + ' [' + path + ']':30s}{cells}{r.get('train/success', float('nan')):9.2f}{r['peak_rss_mib']:9.0f}"
         )
 
-    def ratio(path: str) -> float:
-        return rows["Role-Agent (WIA)", path]["time/iteration_s"] / rows["GiGPO", path]["time/iteration_s"]
+    def ratio(path: str) -> float | None:
+        wia, gigpo = rows.get(("Role-Agent (WIA)", path)), rows.get(("GiGPO", path))
+        return wia["time/iteration_s"] / gigpo["time/iteration_s"] if wia and gigpo else None
 
-    def aiw_share(path: str) -> float:
-        full = rows["Role-Agent (WIA+AIW)", path]
-        return full.get("time/aiw_s", 0.0) / full["time/iteration_s"]
+    def aiw_share(path: str) -> float | None:
+        full = rows.get(("Role-Agent (WIA+AIW)", path))
+        return full.get("time/aiw_s", 0.0) / full["time/iteration_s"] if full else None
 
-    def per_minute(path: str) -> float:
-        r = rows["Role-Agent (WIA+AIW)", path]
-        return r["episodes"] / (r["time/iteration_s"] / 60.0)
+    def per_minute(path: str) -> float | None:
+        r = rows.get(("Role-Agent (WIA+AIW)", path))
+        return r["episodes"] / (r["time/iteration_s"] / 60.0) if r else None
 
-    others = [p for p in paths if p != "new"]
-    print(
-        f"\nRole-Agent (WIA) / GiGPO iteration time = {ratio('new'):.2f}  ("
-        + ", ".join(f"{p}: {ratio(p):.2f}" for p in others)
-        + ")"
-    )
-    print(
-        f"Agent-In-World share of the full iteration = {aiw_share('new'):.1%}  ("
-        + ", ".join(f"{p}: {aiw_share(p):.1%}" for p in others)
-        + f"; {rows['Role-Agent (WIA+AIW)', 'new'].get('aiw/n_failures', 0):.0f} failures analysed)"
-    )
-    print(
-        f"episodes per CPU-minute new / old = {per_minute('new') / per_minute('old'):.2f}  "
-        f"(full / old: {per_minute('full') / per_minute('old'):.2f}; old {per_minute('old'):.1f}, "
-        f"new {per_minute('new'):.1f}, full {per_minute('full'):.1f} episodes/min)"
-    )
+    def side_by_side(values: dict[str, float | None], fmt: str) -> str:
+        """``new`` first, the other paths in brackets (``X (old Y, full Z)``)."""
+        shown = {p: v for p, v in values.items() if v is not None}
+        head = format(shown.pop("new"), fmt) if "new" in shown else "n/a"
+        rest = ", ".join(f"{p} {format(v, fmt)}" for p, v in shown.items())
+        return head + (f" ({rest})" if rest else "")
+
+    print(f"\nRole-Agent (WIA) / GiGPO iteration time = {side_by_side({p: ratio(p) for p in paths}, '.2f')}")
+    aiw_rows = {p: rows[m, p] for (m, p) in rows if m == "Role-Agent (WIA+AIW)"}
+    if aiw_rows:
+        print(f"Agent-In-World share of a full iteration = {side_by_side({p: aiw_share(p) for p in paths}, '.1%')}")
+        for p, r in aiw_rows.items():
+            print(
+                f"  [{p}] AIW {r.get('time/aiw_s', 0.0):.1f}s of {r['time/iteration_s']:.1f}s: "
+                f"{r.get('aiw/n_failures', 0):.0f} failures analysed, analysis {r.get('aiw/time_analysis_s', 0):.1f}s, "
+                f"retrieval {r.get('aiw/time_retrieval_s', 0):.1f}s, "
+                f"{r.get('aiw/prefix_reused_tokens', 0):.0f} prompt tokens reused, "
+                f"{r.get('aiw/n_parse_fallback', 0):.0f} unparsable reflections"
+            )
+    if per_minute("new") and per_minute("old"):
+        print(
+            f"episodes per CPU-minute new / old = {per_minute('new') / per_minute('old'):.2f}  ("
+            + ", ".join(f"{p} {per_minute(p):.1f}" for p in paths if per_minute(p))
+            + " episodes/min)"
+        )
     for path in paths:
-        peak = max(r["peak_rss_mib"] for (_, p), r in rows.items() if p == path)
+        peak = max((r["peak_rss_mib"] for (_, p), r in rows.items() if p == path), default=0.0)
         print(f"peak RSS [{path}] = {peak:.0f} MiB")
 
 
@@ -161,20 +178,28 @@ def main() -> None:
     parser.add_argument("--recipe", default="role_agent_alfworld")
     parser.add_argument("--set", action="append", default=[], help="config override for every variant")
     parser.add_argument("--smoke", action="store_true", help="tiny model, scripted env, 1 iteration: checks it runs")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of: " + ", ".join(METHODS))
+    parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of: " + ", ".join(PATHS))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(run_one(args.recipe, args.set)))
         return
     base = [*SMOKE, *args.set] if args.smoke else list(args.set)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    unknown = [x for x in methods if x not in METHODS] + [x for x in paths if x not in PATHS]
+    if unknown:
+        parser.error(f"unknown method or path: {', '.join(unknown)}")
     rows = {}
-    for path, path_overrides in PATHS.items():
-        for method, method_overrides in METHODS.items():
+    for path in paths:
+        for method in methods:
+            method_overrides, path_overrides = METHODS[method], PATHS[path]
             record = spawn(args.recipe, [*method_overrides, *path_overrides, *base])
             rows[method, path] = record
             print(f"{method} [{path}]: {record['time/iteration_s']:.1f}s", flush=True)
     print(f"\nrecipe {args.recipe} {' '.join(base)}")
-    report(rows, list(PATHS))
+    report(rows, paths)
 
 
 if __name__ == "__main__":

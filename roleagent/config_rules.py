@@ -134,6 +134,7 @@ FIELD_RULES: dict[str, Rule] = {
     "aiw.max_failures_per_iter": at_least(0),
     "aiw.analysis_chars": at_least(1),
     "aiw.observation_chars": at_least(1),
+    "aiw.analyst_prompt": one_of("shared_first", "paper"),
     "aiw.analysis_max_new_tokens": at_least(1),
     "aiw.retrieval_max_new_tokens": at_least(1),
     "aiw.reflection_temperature": at_least(0),

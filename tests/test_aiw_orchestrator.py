@@ -294,14 +294,16 @@ def test_method_makes_one_bounded_call_per_role(tmp_path):
     llm = ScriptedLLM()
     calls = []
 
-    def chat(conversations, *, max_new_tokens=256, temperature=0.0):
+    def chat(conversations, *, max_new_tokens=256, temperature=0.0, stop=(), response_prefix=""):
         calls.append((len(conversations), max_new_tokens))
-        return llm(conversations)
+        return [a.removeprefix(response_prefix) for a in llm(conversations)]
 
     pool = SimpleNamespace(meta=SimpleNamespace(failure_taxonomy=TAXONOMY), diagnose=lambda traj: None)
     tasks = [Task(id=t, env="toy") for t in TRAIN]
     context = SimpleNamespace(train_tasks=tasks, run_dir=tmp_path, pool=pool, chat=chat)
-    method = AgentInWorldMethod(context, AIWConfig(enabled=True, analysis_max_new_tokens=256))
+    method = AgentInWorldMethod(
+        context, AIWConfig(enabled=True, analysis_max_new_tokens=256, retrieval_max_new_tokens=160)
+    )
     try:
         m = method.after_iteration([make_traj(TRAIN[i]) for i in range(6)], iteration=0)
         m1 = method.after_iteration([make_traj(TRAIN[i]) for i in range(6, 12)], iteration=1)

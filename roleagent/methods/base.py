@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from roleagent.trainer.update import TrainSample
     from roleagent.types import Step, Task, Trajectory
 
-Chat = Callable[..., list[str]]  # chat(conversations, *, max_new_tokens=256, temperature=0.0)
+#: chat(conversations, *, max_new_tokens=256, temperature=0.0, stop=(), response_prefix="")
+Chat = Callable[..., list[str]]
 
 
 @dataclass

@@ -177,11 +177,19 @@ class Trainer:
         raise KeyError(f"no enabled method {name!r}")
 
     def chat(
-        self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 256, temperature: float = 0.0
+        self,
+        conversations: list[list[dict[str, str]]],
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: tuple[str, ...] = (),
+        response_prefix: str = "",
     ) -> list[str]:
-        """Batched chat completion with the policy (e.g. Agent-In-World's analyst and retriever)."""
-        prompts = [self.engine.encode_chat(c) for c in conversations]
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
+        """Batched chat completion with the policy (e.g. Agent-In-World's analyst and retriever):
+        each answer starts after ``response_prefix`` (prefilled, not returned) and ends at a
+        ``stop`` string (returned), EOS or ``max_new_tokens``."""
+        prompts = [self.engine.encode_chat(c, response_prefix=response_prefix) for c in conversations]
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, stop=tuple(stop))
         return [g.text for g in self.engine.generate(prompts, params)]
 
     # ------------------------------------------------------------------ loop ---------

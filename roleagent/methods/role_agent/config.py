@@ -56,8 +56,34 @@ class AIWConfig:
     max_failures_per_iter: int = _f(32, "bound on analysed failures per iteration, taken round-robin over tasks")
     analysis_chars: int = _f(3000, "character budget of the trajectory text in the analysis prompt (Figure 8)")
     observation_chars: int = _f(400, "each observation in that text is clipped to this many characters")
-    analysis_max_new_tokens: int = _f(256, "token limit of one reflection")
-    retrieval_max_new_tokens: int = _f(160, "token limit of one retrieval selection")
+    analyst_prompt: str = _f(
+        "shared_first",
+        "order of Figure 8's text: shared_first (instructions, categories and output format before "
+        "the failure, so all prompts of an iteration share one prefix, prefilled once with "
+        "rollout.prefix_cache_tokens > 0) | paper (the failure first, as in Figure 8)",
+    )
+    answer_prefix: bool = _f(
+        True,
+        "the policy analyst's answer starts with '<reflection>' and 'DOMINANT_TYPE:', the retriever's "
+        "with '<selected_tasks>' and 'INDEX/TASK/REFLECTIONS:', written for them (prefilled; false: "
+        "the model writes the whole answer, as in the paper)",
+    )
+    stop_at_close: bool = _f(
+        True,
+        "the policy analyst stops at </reflection> (with answer_prefix also at a new <reflection>, a markdown "
+        "heading or a blank line) and the policy retriever at </selected_tasks> (likewise) "
+        "(false: both write until EOS or their token limit)",
+    )
+    analysis_max_new_tokens: int = _f(
+        224,
+        "token limit of one reflection (the paper's two case-study reflections, Figures 10-11, are 186 "
+        "and 217 tokens after the answer prefix with the embedded tokenizer)",
+    )
+    retrieval_max_new_tokens: int = _f(
+        160,
+        "token limit of one retrieval selection (in Figure 9's block format the paper's case studies "
+        "name their third task by token 122-137)",
+    )
     reflection_temperature: float = _f(0.5, "sampling temperature of the analyst (paper Table 5: 0.5)")
     bm25_k1: float = _f(1.5, "BM25 term-frequency saturation k1")
     bm25_b: float = _f(0.75, "BM25 length normalisation b")

@@ -14,9 +14,52 @@ from pathlib import Path
 
 import numpy as np
 
+from roleagent.engine.base import SamplingParams
 from roleagent.methods.base import Method
 from roleagent.methods.role_agent.aiw.agent_in_world import AgentInWorld
+from roleagent.methods.role_agent.aiw.prompts import (
+    ANALYSIS_ANSWER_PREFIX,
+    ANALYSIS_STOP,
+    ANALYSIS_STOP_AFTER_PREFIX,
+    RETRIEVAL_ANSWER_PREFIX,
+    RETRIEVAL_STOP,
+    RETRIEVAL_STOP_AFTER_PREFIX,
+)
 from roleagent.types import Task
+
+#: A shared prefix shorter than this is not worth a separate prefill call.
+MIN_SHARED_PREFIX_TOKENS = 64
+
+
+def shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Length of the longest token prefix common to all ``prompts``; e.g. ``[[1, 2, 3],
+    [1, 2, 4], [1, 5]]`` share 1 token."""
+    if not prompts:
+        return 0
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        n = next((i for i in range(n) if p[i] != first[i]), n)
+    return n
+
+
+def prime_shared_prefix(engine, conversations, response_prefix: str = "") -> int:
+    """Prefill the prompts' common prefix once, so the batch reuses its KV.
+
+    An engine with prefix reuse (``rollout.prefix_cache_tokens > 0``) reuses KV across calls
+    only, not between the rows of one call (:mod:`roleagent.engine.prefix_cache`), so
+    without this every analyst prompt prefills the system message and Figure 8's
+    instructions again. One greedy token (greedy draws no random numbers, so the batch's
+    samples do not change) after the shared prefix stores its KV. Returns the prefix length
+    prefilled, 0 when nothing was done (no prefix store, fewer than two prompts, or a
+    prefix under :data:`MIN_SHARED_PREFIX_TOKENS`)."""
+    if engine is None or getattr(engine, "prefix_cache", None) is None or len(conversations) < 2:
+        return 0
+    prompts = [engine.encode_chat(c, response_prefix=response_prefix) for c in conversations]
+    n = shared_prefix_length(prompts)
+    if n < MIN_SHARED_PREFIX_TOKENS:
+        return 0
+    engine.generate([prompts[0][:n]], SamplingParams(max_new_tokens=1, temperature=0.0))
+    return n
 
 
 class WeightedTaskSource:
@@ -43,16 +86,49 @@ class AgentInWorldMethod(Method):
         return WeightedTaskSource(self.aiw, self.context.train_tasks)
 
     def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
-        cfg, chat = self.config, self.context.chat
-        return self.aiw.process_failures(
+        cfg, engine = self.config, getattr(self.context, "engine", None)
+        reused_before = getattr(engine, "reused_prompt_tokens", 0)
+        prefix = ANALYSIS_ANSWER_PREFIX if cfg.answer_prefix else ""
+        metrics = self.aiw.process_failures(
             trajectories,
             iteration=iteration,
             diagnose=self.context.pool.diagnose,
-            generate=lambda c: chat(
-                c, max_new_tokens=cfg.analysis_max_new_tokens, temperature=cfg.reflection_temperature
+            generate=self._role(
+                cfg.analysis_max_new_tokens,
+                cfg.reflection_temperature,
+                ANALYSIS_STOP_AFTER_PREFIX if prefix else ANALYSIS_STOP,
+                response_prefix=prefix,
             ),
-            retrieval_generate=lambda c: chat(c, max_new_tokens=cfg.retrieval_max_new_tokens),
+            retrieval_generate=self._role(
+                cfg.retrieval_max_new_tokens,
+                0.0,
+                RETRIEVAL_STOP_AFTER_PREFIX if cfg.answer_prefix else RETRIEVAL_STOP,
+                response_prefix=RETRIEVAL_ANSWER_PREFIX if cfg.answer_prefix else "",
+            ),
         )
+        metrics["prefix_reused_tokens"] = float(getattr(engine, "reused_prompt_tokens", 0) - reused_before)
+        return metrics
+
+    def _role(self, max_new_tokens: int, temperature: float, stop: tuple[str, ...], response_prefix: str = ""):
+        """One role's batched ``generate`` through the trainer's chat: bounded by
+        ``max_new_tokens`` and (``aiw.stop_at_close``) the role's closing tag; the answer is
+        returned with its ``response_prefix``, as if the model had written it; the prompts'
+        shared prefix is prefilled once first (:func:`prime_shared_prefix`)."""
+        chat, engine = self.context.chat, getattr(self.context, "engine", None)
+        stop = stop if self.config.stop_at_close else ()
+
+        def generate(conversations):
+            prime_shared_prefix(engine, conversations, response_prefix)
+            answers = chat(
+                conversations,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                stop=stop,
+                response_prefix=response_prefix,
+            )
+            return [response_prefix + a for a in answers]
+
+        return generate
 
     def start_fresh(self) -> None:
         self.aiw.reset()

@@ -21,6 +21,14 @@ Deviations from the paper's templates, on purpose:
   (``OBSERVATION (step t)`` / ``AGENT_ACTION (step t)``) and bounded by a character
   budget (the paper feeds "all interaction sequences"; a 50-step ALFWorld episode does not
   fit a small model's context, so long ones keep their first and last steps).
+* Layout ``shared_first`` (the default, ``aiw.analyst_prompt``) puts Figure 8's
+  instructions before the failure instead of after it, so that every prompt of an
+  iteration starts with the same tokens; ``paper`` keeps the figure's order.
+* The policy analyst's answer may be started for it (:data:`ANALYSIS_ANSWER_PREFIX`,
+  ``aiw.answer_prefix``) and is cut at the closing tag (:data:`ANALYSIS_STOP`,
+  ``aiw.stop_at_close``; with the prefix also at a new block, a heading or a blank line,
+  :data:`ANALYSIS_STOP_AFTER_PREFIX`); the retriever's likewise
+  (:data:`RETRIEVAL_ANSWER_PREFIX`, :data:`RETRIEVAL_STOP`, :data:`RETRIEVAL_STOP_AFTER_PREFIX`).
 """
 
 from __future__ import annotations
@@ -35,15 +43,16 @@ ANALYST_SYSTEM = (
     "You are an expert AI trainer specializing in diagnosing why AI agents fail at multi-step reasoning tasks."
 )
 
-# Figure 8, verbatim apart from the taxonomy section and whitespace.
-ANALYSIS_TEMPLATE = """## Task Context
+# Figure 8, verbatim apart from the taxonomy section and whitespace, in two parts: the
+# failure's own text (CASE) and the instructions every failure shares (INSTRUCTIONS).
+ANALYSIS_CASE = """## Task Context
 {task_description}
 
 ## Failed Trajectory
 The agent attempted the task above but failed. Here are the steps it took:
-{trajectory_description}
+{trajectory_description}"""
 
-## Failure Categories
+ANALYSIS_INSTRUCTIONS = """## Failure Categories
 DOMINANT_TYPE must be exactly one of: {taxonomy}
 
 ## Your Analysis Task
@@ -64,6 +73,21 @@ CRITICAL_STEP: [step number and brief description of what went wrong]
 CORE_LESSON: [the generalizable rule an agent should follow]
 RETRIEVAL_QUERY: [the query for the retrieval stage]
 </reflection>"""
+
+#: Prompt layouts of the analyst (``aiw.analyst_prompt``). ``shared_first`` puts the
+#: instructions, identical for every failure of an environment, before the failure, so the
+#: prompts of one batch share a long token prefix (the system message and the instructions)
+#: whose KV an engine with prefix reuse prefills once; ``paper`` keeps Figure 8's order.
+ANALYSIS_LAYOUTS = ("shared_first", "paper")
+
+#: Where the policy analyst's answer starts (prefilled, not generated, when
+#: ``aiw.answer_prefix`` is on) and where it ends (a stop string at the closing tag).
+ANALYSIS_ANSWER_PREFIX = "<reflection>\nDOMINANT_TYPE:"
+ANALYSIS_STOP = ("</reflection>",)
+#: Once the answer was started inside the block, a new ``<reflection>``, a markdown heading
+#: (a small model echoing Figure 8's sections) or a blank line (Figure 8's block has none:
+#: one field per line) also ends it.
+ANALYSIS_STOP_AFTER_PREFIX = ("</reflection>", "<reflection>", "\n## ", "\n\n")
 
 RETRIEVER_SYSTEM = (
     "You are an expert AI curriculum designer. Your job is to identify which historical "
@@ -95,6 +119,13 @@ REASON: <one sentence explaining why this task matches the current failure patte
 INDEX/TASK/REFLECTIONS: <index, task and reflections from the candidate list>
 REASON: <one sentence explaining why this task matches the current failure pattern>
 </selected_tasks>"""
+
+#: Where the retriever's answer starts (prefilled with ``aiw.answer_prefix``) and ends: at
+#: the closing tag, and, once started inside the block, also at a new block, a heading or a
+#: blank line (Figure 9's block has none).
+RETRIEVAL_ANSWER_PREFIX = "<selected_tasks>\nINDEX/TASK/REFLECTIONS:"
+RETRIEVAL_STOP = ("</selected_tasks>",)
+RETRIEVAL_STOP_AFTER_PREFIX = ("</selected_tasks>", "<selected_tasks>", "\n## ", "\n\n")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -180,18 +211,26 @@ def render_trajectory(
 
 
 def analysis_messages(
-    trajectory: Trajectory, taxonomy: Sequence[str], budget_chars: int = 3000, obs_chars: int = 400
+    trajectory: Trajectory,
+    taxonomy: Sequence[str],
+    budget_chars: int = 3000,
+    obs_chars: int = 400,
+    layout: str = "paper",
 ) -> Messages:
-    """Figure 8 as chat messages for one failed trajectory."""
+    """Figure 8 as chat messages for one failed trajectory; ``layout`` is one of
+    :data:`ANALYSIS_LAYOUTS` (the same text in another order)."""
+    if layout not in ANALYSIS_LAYOUTS:
+        raise ValueError(f"analysis prompt layout must be one of {ANALYSIS_LAYOUTS}, got {layout!r}")
     labels = ", ".join(taxonomy) if taxonomy else "a short snake_case label of your choice"
     if taxonomy and "other" not in taxonomy:
         labels += " (or other)"
-    content = ANALYSIS_TEMPLATE.format(
+    case = ANALYSIS_CASE.format(
         task_description=task_instruction(trajectory),
         trajectory_description=render_trajectory(trajectory, budget_chars, obs_chars),
-        taxonomy=labels,
     )
-    return [{"role": "system", "content": ANALYST_SYSTEM}, {"role": "user", "content": content}]
+    instructions = ANALYSIS_INSTRUCTIONS.format(taxonomy=labels)
+    parts = (instructions, case) if layout == "shared_first" else (case, instructions)
+    return [{"role": "system", "content": ANALYST_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def retrieval_messages(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from roleagent.methods.role_agent.aiw.prompts import analysis_messages
+from roleagent.methods.role_agent.aiw.prompts import ANALYSIS_ANSWER_PREFIX, analysis_messages
 from roleagent.methods.role_agent.aiw.reflection import (
     Reflection,
     fallback_reflection,
@@ -36,6 +36,18 @@ def _ask(generate: Generate, prompts: list[Messages]) -> list[str]:
     return [str(o or "") for o in outputs]
 
 
+def _parse(answer: str, taxonomy: Sequence[str], cfg: AIWConfig) -> Reflection | None:
+    """``parse_reflection``, except that an answer we started (``aiw.answer_prefix``) whose
+    type maps to no label counts as unparsable: the ``DOMINANT_TYPE:`` key is ours, not the
+    model's, so it is no evidence of a type, and the rule diagnosis takes over as it does
+    for an answer without the key."""
+    ref = parse_reflection(answer, taxonomy, source=cfg.analyst)
+    if ref is not None and ref.type_status == "other" and cfg.answer_prefix:
+        if answer.startswith(ANALYSIS_ANSWER_PREFIX):
+            return None
+    return ref
+
+
 def analyse(
     trajs: list[Trajectory],
     cfg: AIWConfig,
@@ -55,9 +67,13 @@ def analyse(
         if generate is None:
             raise ValueError(f"aiw.analyst={cfg.analyst!r} needs a generate callable")
         raws = _ask(
-            generate, [analysis_messages(t, taxonomy, cfg.analysis_chars, cfg.observation_chars) for t in trajs]
+            generate,
+            [
+                analysis_messages(t, taxonomy, cfg.analysis_chars, cfg.observation_chars, cfg.analyst_prompt)
+                for t in trajs
+            ],
         )
-        parsed = [parse_reflection(o, taxonomy, source=cfg.analyst) for o in raws]
+        parsed = [_parse(o, taxonomy, cfg) for o in raws]
     out: list[Reflection] = []
     for traj, ref in zip(trajs, parsed):
         if ref is None:
