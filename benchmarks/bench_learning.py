@@ -80,7 +80,7 @@ def warm_start(*, recipe: str, overrides: list[str], out: Path, tasks: int) -> P
     started = time.perf_counter()
     run_cli(command, target / "sft.log")
     print(f"warm start: {tasks} expert games, {(time.perf_counter() - started) / 60:.1f} min", flush=True)
-    return target
+    return target / "final"
 
 
 def shared_evaluation(*, recipe: str, overrides: list[str], out: Path) -> float:
@@ -88,38 +88,65 @@ def shared_evaluation(*, recipe: str, overrides: list[str], out: Path) -> float:
     sets = [*overrides, f"run_dir={out / 'warm_start_eval'}", "tensorboard=false"]
     trainer = Trainer(load_config(recipe, sets), quiet=True, resume=False)
     try:
-        return 100 * trainer.evaluate("before").table["All"]
+        return trainer.evaluate("before").table["All"]  # tables are in percent
     finally:
         trainer.close()
 
 
-def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict:
-    """Train one (configuration, seed) in a subprocess and read its curve from metrics.jsonl."""
+def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
+    """Train one (configuration, seed) in a subprocess, then read its curve. A failed or
+    interrupted run keeps what it evaluated (``read_run``); the others go on."""
     run_dir = out / f"{slug(name)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"]
     command = ["train", CONFIGS[name], "--no-resume", *[x for s in [*sets, f"threads={threads}"] for x in ("--set", s)]]
     started = time.perf_counter()
-    run_cli(command, run_dir / "train.log")
-    minutes = (time.perf_counter() - started) / 60
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    try:
+        run_cli(command, run_dir / "train.log")
+    except RuntimeError as error:
+        print(error, flush=True)
+    result = read_run(run_dir, name, seed, minutes=(time.perf_counter() - started) / 60)
+    if result is not None:
+        print(f"{name} seed {seed}: {result['after']:.1f}% at iteration {result['curve'][-1][0]}", flush=True)
+    return result
+
+
+def read_run(run_dir: Path, name: str, seed: int, minutes: float = float("nan")) -> dict | None:
+    """A run's panel curve from its metrics.jsonl: ``(iteration, success %)`` for every
+    evaluation of the first panel ("iterK" after K iterations, "after" at the end); None
+    when it evaluated nothing. ``complete`` says whether the final evaluation is there."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    first_panel = next((r.get("split") for r in records if "eval" in r), None)
     iterations = [r for r in records if "iteration" in r]
     curve = {}
     for r in records:
-        if r.get("eval", "").startswith("iter"):
+        if "eval" not in r or r.get("split") != first_panel:
+            continue
+        if r["eval"].startswith("iter"):
             curve[int(r["eval"][4:])] = 100 * r["eval/success"]
-        elif r.get("eval") == "after":
+        elif r["eval"] == "after":
             curve[len(iterations)] = 100 * r["eval/success"]
-    result = {
+    if not curve:
+        return None
+    points = sorted(curve.items())
+    return {
         "config": name,
         "seed": seed,
         "minutes": minutes,
-        "curve": sorted(curve.items()),
-        "after": curve[len(iterations)],
-        "train_success": 100 * float(np.mean([r["train/success"] for r in iterations])),
+        "curve": points,
+        "after": points[-1][1],
+        "complete": any(r.get("eval") == "after" for r in records),
+        "train_success": 100 * float(np.mean([r["train/success"] for r in iterations])) if iterations else 0.0,
     }
-    print(f"{name} seed {seed}: after {result['after']:.1f}%  ({minutes:.1f} min)", flush=True)
-    return result
+
+
+def minutes(rows: list[dict]) -> str:
+    """Mean minutes per run ("-" when the runs were only tabulated)."""
+    values = [r["minutes"] for r in rows if np.isfinite(r["minutes"])]
+    return f"{np.mean(values):.1f}" if values else "-"
 
 
 def mean_std(values: list[float]) -> str:
@@ -188,7 +215,7 @@ def table(results: list[dict], before: float, configs: list[str], header: str) -
         gain = [a - before for a in after]
         lines.append(
             f"| {name} | {before:.1f} | {mean_std(after)} | {mean_std(gain)} | "
-            f"{mean_std([r['train_success'] for r in rows])} | {np.mean([r['minutes'] for r in rows]):.1f} |"
+            f"{mean_std([r['train_success'] for r in rows])} | {minutes(rows)} |"
         )
     lines += [
         "",
@@ -209,37 +236,61 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2, help="panel evaluation every k iterations")
     parser.add_argument("--out", default="runs/bench_learning")
     parser.add_argument("--set", action="append", default=[], help="override applied to every run")
+    parser.add_argument("--summarize", action="store_true", help="only tabulate the runs already in --out")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     recipe = CONFIGS[args.configs[0]]
-    init = args.init_from or warm_start(recipe=recipe, overrides=args.set, out=out, tasks=args.expert_tasks)
-    common = [*args.set, f"model.init_from={init}", "sft.enabled=false", f"eval.every={args.eval_every}"]
-    before = shared_evaluation(recipe=recipe, overrides=common, out=out)
-    print(f"warm-start policy: {before:.1f}%", flush=True)
-
-    # Seed-major order: an interrupted benchmark still has every configuration for the first seeds.
-    runs = [(name, seed) for seed in args.seeds for name in args.configs]
-    threads = 1 if args.jobs > 1 else 0
-    with ThreadPoolExecutor(max_workers=args.jobs) as executor:
-        results = list(
-            executor.map(lambda r: train_one(name=r[0], seed=r[1], overrides=common, out=out, threads=threads), runs)
-        )
-
-    cfg = load_config(recipe, common)
+    runs = [(name, seed) for seed in args.seeds for name in args.configs]  # seed-major: an
+    # interrupted benchmark still has every configuration for the first seeds
+    if args.summarize:
+        saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+        init, before = saved.get("init_from", args.init_from), saved.get("before", float("nan"))
+        results = [read_run(out / f"{slug(n)}_seed{s}", n, s) for n, s in runs]
+    else:
+        init = args.init_from or warm_start(recipe=recipe, overrides=args.set, out=out, tasks=args.expert_tasks)
+        before = shared_evaluation(recipe=recipe, overrides=common_sets(args, init), out=out)
+        print(f"warm-start policy: {before:.1f}%", flush=True)
+        (out / "results.json").write_text(json.dumps({"init_from": str(init), "before": before, "runs": []}))
+        threads = 1 if args.jobs > 1 else 0
+        with ThreadPoolExecutor(max_workers=args.jobs) as executor:
+            results = list(
+                executor.map(
+                    lambda r: train_one(
+                        name=r[0], seed=r[1], overrides=common_sets(args, init), out=out, threads=threads
+                    ),
+                    runs,
+                )
+            )
+    results = [r for r in results if r is not None]
+    cfg = load_config(recipe, common_sets(args, init))
     header = (
         f"From `{init}`; recipes with --set {' '.join(args.set) or '(none)'}: {cfg.iterations} iterations x "
         f"{cfg.rollout.tasks_per_iter} tasks x {cfg.rollout.group_size} rollouts, env {cfg.env.kwargs}, panel "
-        f"{cfg.env.eval_split} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
+        f"{eval_panel(cfg)} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
         f"{(time.perf_counter() - started) / 60:.0f} min in all"
     )
+    incomplete = [
+        f"{r['config']} seed {r['seed']} (iteration {r['curve'][-1][0]})" for r in results if not r["complete"]
+    ]
+    if incomplete:
+        header += "\n\nStopped before the end (their last evaluation is used): " + ", ".join(incomplete)
     text = table(results, before, args.configs, header)
     print("\n" + text)
     (out / "table.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps({"init_from": str(init), "before": before, "runs": results}, indent=2))
     plot(results, before, out / "curves.png")
     print(f"curves: {out / 'curves.png'}")
+
+
+def common_sets(args, init) -> list[str]:
+    """The overrides every run (and the shared evaluation) gets."""
+    return [*args.set, f"model.init_from={init}", "sft.enabled=false", f"eval.every={args.eval_every}"]
+
+
+def eval_panel(cfg) -> str:
+    return (cfg.eval.splits or [cfg.env.eval_split])[0]
 
 
 if __name__ == "__main__":

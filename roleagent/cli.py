@@ -16,7 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from roleagent.config import ConfigError, explain, load_config, validate
+from roleagent.config import ConfigError, load_config, validate
+from roleagent.config_rules import explain
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -394,20 +394,3 @@ def validate(cfg: TrainConfig) -> None:
 
     check_estimator(cfg.algo.name)
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
-
-
-def explain(cls: type = TrainConfig, prefix: str = "") -> list[str]:
-    """``key = default: help (must be ...)`` lines for every field, recursively."""
-    from roleagent.config_rules import FIELD_RULES
-
-    lines = []
-    for f in dataclasses.fields(cls):
-        key = prefix + f.name
-        hint = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(hint):
-            lines.extend(explain(hint, key + "."))
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        rule = f" (must be {FIELD_RULES[key][1]})" if key in FIELD_RULES else ""
-        lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}{rule}")
-    return lines

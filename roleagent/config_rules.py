@@ -259,3 +259,23 @@ def check_model_name(name: str) -> None:
 
         if not isinstance(try_to_load_from_cache(name, "config.json"), str):
             raise ConfigError(f"model.name={name!r}: not in the local HF cache and HF_HUB_OFFLINE is set")
+
+
+def explain(cls: type | None = None, prefix: str = "") -> list[str]:
+    """``key = default: help (must be ...)`` lines for every field of ``cls`` (default: the
+    whole ``TrainConfig``), recursively."""
+    if cls is None:
+        from roleagent.config import TrainConfig
+
+        cls = TrainConfig
+    lines = []
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            lines.extend(explain(hint, key + "."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rule = f" (must be {FIELD_RULES[key][1]})" if key in FIELD_RULES else ""
+        lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}{rule}")
+    return lines

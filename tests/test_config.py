@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from roleagent.config import ConfigError, apply_overrides, explain, load_config
+from roleagent.config import ConfigError, apply_overrides, load_config
+from roleagent.config_rules import explain
 
 RECIPES = sorted((Path(__file__).parents[1] / "roleagent" / "recipes").glob("*.yaml"))
 

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import EnvPool
-from roleagent.evaluation import crashed_count, eval_splits, panel, replay_crashed, success_by_type
+from roleagent.evaluation import eval_splits, panel, replay_crashed
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import policy_from_config
 from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
@@ -171,10 +171,9 @@ class Trainer:
 
     def method(self, name: str):
         """The enabled method called ``name`` (KeyError if none)."""
-        for method in self.methods:
-            if method.name == name:
-                return method
-        raise KeyError(f"no enabled method {name!r}")
+        if (found := {m.name: m for m in self.methods}.get(name)) is None:
+            raise KeyError(f"no enabled method {name!r}")
+        return found
 
     def chat(
         self,
@@ -274,7 +273,7 @@ class Trainer:
             metrics = method.after_iteration(trajectories, iteration)
             method_metrics.update({f"{method.name}/{k}": v for k, v in metrics.items()})
             method_times[f"time/{method.name}_s"] = time.perf_counter() - t0
-        self._dump(f"iter_{iteration:06d}", trajectories)  # with what the algorithm computed
+        dump_trajectories(self.run_dir, f"iter_{iteration:06d}", trajectories)  # with what the algorithm computed
 
         return {
             "iteration": iteration,
@@ -318,19 +317,11 @@ class Trainer:
 
         trajectories, replays = replay_crashed(play, jobs, cfg.eval.crash_retries)
         self.engine.set_rng_state(generator_state)
-        table = success_by_type(trajectories, self.pool.meta.table_columns)
-        record = {
-            "eval": label,
-            "split": split,
-            **rollout_metrics(trajectories, prefix="eval/"),
-            **{f"eval/success_{k}": v for k, v in table.items()},
-            "eval/crashed_episodes": crashed_count(trajectories),
-            "eval/replayed_episodes": replays,
-        }
-        result = EvalResult(label, trajectories, table, split, record)
+        result = EvalResult.of(label, split, trajectories, self.pool.meta.table_columns, replays)
         self.evals.append(result)
-        self._dump(f"eval_{label}" if split == cfg.env.eval_split else f"eval_{label}_{split}", trajectories)
-        self.metrics.write(record)
+        name = f"eval_{label}" if split == cfg.env.eval_split else f"eval_{label}_{split}"
+        dump_trajectories(self.run_dir, name, trajectories)
+        self.metrics.write(result.record)
         return result
 
     # ------------------------------------------------------- persistence -------------
@@ -390,9 +381,6 @@ class Trainer:
             self._lock.release()
 
     # -------------------------------------------------------------- plumbing ---------
-
-    def _dump(self, name: str, trajectories: list[Trajectory]) -> None:
-        dump_trajectories(self.run_dir, name, trajectories)
 
     def _warn(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)

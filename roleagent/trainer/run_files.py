@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from roleagent.config import TrainConfig
-from roleagent.evaluation import format_table
+from roleagent.evaluation import crashed_count, format_table, success_by_type
 from roleagent.trainer.checkpoint import CheckpointError, checkpoint_candidates
-from roleagent.trainer.metrics import MetricsWriter
+from roleagent.trainer.metrics import MetricsWriter, rollout_metrics
 from roleagent.types import Task, Trajectory
 
 #: What an iteration's console line shows (those present in the record).
@@ -39,6 +39,21 @@ class EvalResult:
     table: dict[str, float] = field(default_factory=dict)
     split: str = ""  # the panel's split ("": the run's env.eval_split, as in older checkpoints)
     record: dict[str, Any] = field(default_factory=dict)  # its metrics.jsonl record
+
+    @classmethod
+    def of(cls, label: str, split: str, trajectories: list[Trajectory], labels: dict, replays: int) -> EvalResult:
+        """One panel's evaluation: its success table (``labels``: the environment's column
+        names) and its metrics record."""
+        table = success_by_type(trajectories, labels)
+        record = {
+            "eval": label,
+            "split": split,
+            **rollout_metrics(trajectories, prefix="eval/"),
+            **{f"eval/success_{k}": v for k, v in table.items()},
+            "eval/crashed_episodes": crashed_count(trajectories),
+            "eval/replayed_episodes": replays,
+        }
+        return cls(label, trajectories, table, split, record)
 
     @classmethod
     def restored(cls, row) -> EvalResult:

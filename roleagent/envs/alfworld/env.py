@@ -34,6 +34,7 @@ from roleagent.envs.alfworld import generator as G
 from roleagent.envs.alfworld import scenes as S
 from roleagent.envs.alfworld.catalog import generated_tasks, official_tasks
 from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY, diagnose_trajectory, game_truth
+from roleagent.envs.alfworld.search import search_action
 from roleagent.envs.base import Environment, StepResult
 from roleagent.types import Task, Trajectory
 
@@ -83,6 +84,7 @@ class AlfWorldEnv(Environment):
         source: str = "auto",
         data_dir: str | None = None,
         knobs: dict[str, Any] | None = None,
+        expert: str = "planner",
     ) -> None:
         from roleagent.envs.alfworld import official
 
@@ -90,6 +92,9 @@ class AlfWorldEnv(Environment):
             raise ValueError(f"unknown difficulty {difficulty!r}; choose from {sorted(G.DIFFICULTIES)}")
         if source not in ("auto", "generated", "official"):
             raise ValueError("source must be 'auto', 'generated' or 'official'")
+        if expert not in ("planner", "search"):
+            raise ValueError(f"expert must be 'planner' or 'search', got {expert!r}")
+        self.expert = expert
         self._kwargs = dict(
             difficulty=difficulty,
             max_steps=max_steps,
@@ -100,6 +105,7 @@ class AlfWorldEnv(Environment):
             source=source,
             data_dir=data_dir,
             knobs=knobs,
+            expert=expert,
         )
         self.knobs = G.DIFFICULTIES[difficulty]
         self.difficulty = difficulty
@@ -131,6 +137,8 @@ class AlfWorldEnv(Environment):
         self._won = False
         self._plan: list[str] | None = None  # planner commands from the current state on
         self._plan_pos = 0
+        self._observed = ""  # every observation of the episode (the searching expert)
+        self._visited: set[str] = set()
         self.timings: dict[str, float] = {"reset_s": 0.0, "resets": 0, "step_s": 0.0, "steps": 0}
 
     # pickling: rebuild from the constructor's kwargs (the engine holds a C library).
@@ -215,6 +223,7 @@ class AlfWorldEnv(Environment):
         self._plan = self._stored_plan(path)
         self._plan_pos = 0
         observation = strip_welcome(self._state.feedback)
+        self._observed, self._visited = observation, set()
         self.timings["reset_s"] += time.perf_counter() - t0
         self.timings["resets"] += 1
         info = {
@@ -257,6 +266,9 @@ class AlfWorldEnv(Environment):
         else:
             self._plan = None  # off the plan: replan when the expert is asked next
         self._won = bool(self._state["won"])
+        self._observed += "\n" + self._state.feedback
+        if valid and command.startswith("go to "):
+            self._visited.add(command[len("go to ") :])
         truncated = not self._won and self._steps >= self.max_steps
         self._done = self._won or truncated
         reward = 1.0 if self._won else 0.0
@@ -278,7 +290,8 @@ class AlfWorldEnv(Environment):
         return [c for c in self._state["admissible_commands"] if c != "help"]
 
     def expert_action(self) -> str | None:
-        """The planner's next command from the current state (ALFWorld's policy_commands).
+        """The expert's next command: the planner's (ALFWorld's policy_commands), or with
+        ``expert="search"`` a search step while the object it needs is unseen.
 
         The plan checked at generation time is stored with the game; while the episode
         follows it, its next command is returned without calling the planner (the engine
@@ -286,7 +299,13 @@ class AlfWorldEnv(Environment):
         state (fast-downward; up to seconds on large "hard" rooms).
         """
         plan = self.expert_plan()
-        return plan[0] if plan else None
+        if not plan:
+            return None
+        if self.expert == "search":
+            current = self._state.feedback if self._state is not None else ""
+            found = search_action(plan, self._observed, self._visited, current, self.admissible_actions() or [])
+            return found or plan[0]
+        return plan[0]
 
     def expert_plan(self) -> list[str]:
         """The planner's remaining commands from the current state."""
