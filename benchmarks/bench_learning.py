@@ -196,6 +196,7 @@ def plot(results: list[dict], before: float, path: Path) -> None:
         ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("RL iteration")
     ax.set_ylabel("panel success (%)")
+    ax.set_ylim(0, 100)
     ax.set_title("success vs iteration (mean ± 1 sample std over seeds)")
     ax.legend(fontsize=8)
     fig.tight_layout()
