@@ -113,8 +113,8 @@ def assert_same_run(a: Path, b: Path, *, memory: bool = True) -> None:
         assert memory_rows(a) == memory_rows(b)
 
 
-def make_trajectory(task_id: str, rewards, states=None, *, crashed: bool = False) -> Trajectory:
-    """A scripted-env trajectory with one valid one-token action per reward (states s0, s1, ...)."""
+def make_trajectory(task_id: str, rewards, states=None, *, crashed: bool = False, env: str = "scripted") -> Trajectory:
+    """A trajectory of ``env`` with one valid one-token action per reward (states s0, s1, ...)."""
     steps = [
         Step(
             observation=s,
@@ -129,4 +129,4 @@ def make_trajectory(task_id: str, rewards, states=None, *, crashed: bool = False
         )
         for r, s in zip(rewards, states or [f"s{i}" for i in range(len(rewards))])
     ]
-    return Trajectory(task=Task(task_id, "scripted"), steps=steps, crashed=crashed)
+    return Trajectory(task=Task(task_id, env), steps=steps, crashed=crashed)

@@ -12,35 +12,23 @@ import pytest
 from roleagent.config import ConfigError, SEALConfig, load_config
 from roleagent.methods.seal.method import SealMethod
 from roleagent.trainer.advantages import StepBatch, compute_advantages
-from roleagent.types import Step, Task, Trajectory
+from tests.run_helpers import make_trajectory
 
 pytest.importorskip("bfcl_eval")
 
 
 def _traj(task_id, rewards, labels=None, *, crashed=False, success=False, info_diag=True):
-    steps = [
-        Step(
-            observation="o",
-            state_key="o",
-            prompt_ids=[1],
-            action_ids=[2],
-            action_logprobs=[0.0],
-            action_text="a",
-            action="a",
-            valid=True,
-            reward=r,
-        )
-        for r in rewards
-    ]
+    traj = make_trajectory(task_id, rewards, ["o"] * len(rewards), crashed=crashed, env="bfcl")
+    traj.success = success
     if labels is not None and info_diag:
-        steps[-1].info = {
+        traj.steps[-1].info = {
             "diagnosis": {
                 "turn_labels": list(labels),
                 "priority_labels": ["pass"] * len(labels),
                 "dominant_type": "pass",
             }
         }
-    return Trajectory(task=Task(task_id, "bfcl"), steps=steps, crashed=crashed, success=success)
+    return traj
 
 
 def _hook(**kw):
