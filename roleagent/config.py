@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from roleagent.fields import ConfigError, _f
+from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.plugins import did_you_mean
@@ -193,6 +194,7 @@ class TrainConfig:
     aiw: AIWConfig = field(default_factory=AIWConfig)
     seal: SEALConfig = field(default_factory=SEALConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    agent_r: AgentRConfig = field(default_factory=AgentRConfig)
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
@@ -355,8 +357,6 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
-    if r.group_size < 2:
-        raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")
     episodes = r.tasks_per_iter * r.group_size
     if o.mini_batches > episodes:
         raise ConfigError(
@@ -382,7 +382,7 @@ def validate(cfg: TrainConfig) -> None:
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
     from roleagent.engine import ENGINES
-    from roleagent.methods import check_methods
+    from roleagent.methods import check_methods, method_classes
     from roleagent.plugins import PluginError
     from roleagent.plugins import resolve as resolve_plugin
     from roleagent.trainer.advantages import check_estimator
@@ -394,3 +394,5 @@ def validate(cfg: TrainConfig) -> None:
 
     check_estimator(cfg.algo.name)
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
+    if r.group_size < 2 and all(cls.uses_advantages for cls in method_classes(cfg)):
+        raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")

@@ -151,6 +151,27 @@ FIELD_RULES: dict[str, Rule] = {
     "seal.confidence_samples": at_least(1),
     "seal.window": at_least(1),
     "seal.profile_window": at_least(1),
+    "agent_r.mcts_iterations": at_least(1),
+    "agent_r.max_depth": at_least(1),
+    "agent_r.candidates": at_least(1),
+    "agent_r.c_uct": at_least(0),
+    "agent_r.temperature": above(0),
+    "agent_r.beta": within(0, 1),
+    "agent_r.alpha_schedule": (
+        lambda v: bool(v) and all(isinstance(a, (int, float)) and 0 <= a <= 1 for a in v),
+        "a non-empty list of numbers in [0, 1]",
+    ),
+    "agent_r.max_pairs_per_tree": at_least(0),
+    "agent_r.max_good_per_tree": at_least(0),
+    "agent_r.judge_max_new_tokens": at_least(8),
+    "agent_r.judge_history": at_least(0),
+    "agent_r.epochs_first": at_least(1),
+    "agent_r.epochs_later": at_least(1),
+    "agent_r.lr": above(0),
+    "agent_r.batch_examples": at_least(1),
+    "agent_r.micro_batch_tokens": at_least(16),
+    "agent_r.general_data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
+    "agent_r.eta": within(0, 1, open_low=True),
 }
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
 FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings"}  # methods: roleagent.methods.check_methods

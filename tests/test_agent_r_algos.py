@@ -10,6 +10,7 @@ from roleagent.algos.agent_r import (
     REVISION_THOUGHTS,
     alpha_for_iteration,
     good_messages,
+    loop_count,
     parse_judgement,
     revision_pairs,
     shared_prefix,
@@ -134,3 +135,13 @@ def test_good_messages():
     ]
     with pytest.raises(ValueError):
         good_messages([])
+
+
+def test_loop_count_worked_examples():
+    assert loop_count(list("ababab") + ["c"], 2) == 3
+    assert loop_count(list("ababab") + ["c"], 1) == 1
+    assert loop_count(list("aaab"), 1) == 3
+    assert loop_count(list("abcabc"), 3) == 2
+    assert loop_count(["a"], 2) == 0  # too short to hold one sequence
+    with pytest.raises(ValueError):
+        loop_count(["a"], 0)

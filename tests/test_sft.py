@@ -228,18 +228,18 @@ def test_interrupted_sft_resumes_to_the_same_weights_and_is_not_redone(tmp_path,
     whole = sft_policy()
     sft_train.train_sft(whole, data, tmp_path / "whole", cfg=CFG, seed=0)
 
-    real_epoch = sft_train._epoch
+    real_epoch = sft_train.sft_epoch
 
     def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch):
         if epoch == 2:
             raise Killed
         return real_epoch(policy, optimizer, examples, cfg, seed, epoch)
 
-    monkeypatch.setattr(sft_train, "_epoch", dies_in_epoch_2)
+    monkeypatch.setattr(sft_train, "sft_epoch", dies_in_epoch_2)
     with pytest.raises(Killed):
         sft_train.train_sft(sft_policy(), data, tmp_path / "cut", cfg=CFG, seed=0)
     assert not sft_train.is_finished(tmp_path / "cut")
-    monkeypatch.setattr(sft_train, "_epoch", real_epoch)
+    monkeypatch.setattr(sft_train, "sft_epoch", real_epoch)
     resumed = sft_policy()
     sft_train.train_sft(resumed, data, tmp_path / "cut", cfg=CFG, seed=0)
     for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
@@ -248,7 +248,7 @@ def test_interrupted_sft_resumes_to_the_same_weights_and_is_not_redone(tmp_path,
         (tmp_path / "whole" / "metrics.jsonl").read_text()
     )
 
-    monkeypatch.setattr(sft_train, "_epoch", lambda *a: pytest.fail("a finished SFT run was redone"))
+    monkeypatch.setattr(sft_train, "sft_epoch", lambda *a: pytest.fail("a finished SFT run was redone"))
     assert sft_train.train_sft(sft_policy(), data, tmp_path / "cut", cfg=CFG, seed=0) == tmp_path / "cut" / "final"
     with pytest.raises(sft_train.CheckpointError, match="other SFT examples"):
         (tmp_path / "cut" / "final" / "done.json").unlink()

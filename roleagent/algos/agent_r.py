@@ -187,6 +187,24 @@ def good_messages(good: Sequence[Turn]) -> list[dict]:
     return messages
 
 
+def loop_count(actions: Sequence[str], length: int) -> int:
+    """The most back-to-back repetitions of one ``length``-action sequence in ``actions``
+    (1: never repeated), the quantity behind the paper's Figure 4 ("average count of
+    repeated action lengths": averaged over test trajectories per length).
+
+    Example: [a, b, a, b, a, b, c] → length 2: 3, length 1: 1; [a, a, a, b] → length 1: 3.
+    """
+    if length < 1:
+        raise ValueError("length must be >= 1")
+    best = 1 if len(actions) >= length else 0
+    for start in range(len(actions) - length + 1):
+        block, count = list(actions[start : start + length]), 1
+        while list(actions[start + count * length : start + (count + 1) * length]) == block:
+            count += 1
+        best = max(best, count)
+    return best
+
+
 def _assistant(content: str, loss: bool) -> dict:
     return {"role": "assistant", "content": content, "loss": loss}
 

@@ -3,7 +3,7 @@ stages of the one training loop (``roleagent.trainer.stages``) through
 :class:`~roleagent.methods.base.Method`.
 
 Built-in methods are named by their config section and switched on by its ``enabled``
-(``wia.enabled``, ``aiw.enabled``, ``seal.enabled``). Methods from outside the package are
+(``wia.enabled``, ``aiw.enabled``, ``seal.enabled``, ``agent_r.enabled``). Methods from outside the package are
 listed in ``methods`` as ``module:Class`` or by the name of an entry point in the
 ``roleagent.methods`` group; their settings come from ``method_settings.<name>``, checked
 against the class's ``config_class``::
@@ -25,6 +25,7 @@ METHODS: dict[str, str] = {
     "wia": "roleagent.methods.role_agent.wia:WorldInAgent",
     "aiw": "roleagent.methods.role_agent.aiw.method:AgentInWorldMethod",
     "seal": "roleagent.methods.seal.method:SealMethod",
+    "agent_r": "roleagent.methods.agent_r.method:AgentRMethod",
 }
 
 

@@ -55,6 +55,9 @@ class Method:
     #: Dataclass of the method's settings. Built-in methods read their section of
     #: TrainConfig; external ones get ``from_dict(config_class, method_settings[name])``.
     config_class: type | None = None
+    #: False when the method's objective ignores the loop's advantages (Agent-R's SFT), so
+    #: rollout groups of one task need not be compared (``rollout.group_size`` may be 1).
+    uses_advantages: bool = True
 
     def __init__(self, context: MethodContext, config: Any = None):
         self.context = context

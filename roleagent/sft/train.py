@@ -124,7 +124,7 @@ def train_sft(
     digest = data_digest(examples)
     start = _resume(out, policy, optimizer, digest, log)
     for epoch in range(start, cfg.epochs):
-        record = _epoch(policy, optimizer, examples, cfg, seed, epoch)
+        record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch)
         with (out / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         if log is not None:
@@ -150,7 +150,9 @@ def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
     return start
 
 
-def _epoch(policy: Policy, optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int) -> dict:
+def sft_epoch(policy: Policy, optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int) -> dict:
+    """One pass over ``examples`` in ``cfg.batch_examples``-example steps (order seeded by
+    ``seed`` and ``epoch``); returns the epoch's metrics record."""
     order = list(range(len(examples)))
     random.Random(f"{seed}/{epoch}").shuffle(order)
     policy.model.train()

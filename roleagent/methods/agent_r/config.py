@@ -1,0 +1,51 @@
+"""Config section ``agent_r`` of Agent-R (Yuan et al., 2025, arXiv 2501.11425). Ranges:
+``roleagent.config_rules``; cross-field checks: :meth:`AgentRMethod.check_config`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roleagent.fields import _f
+
+
+@dataclass
+class AgentRConfig:
+    enabled: bool = _f(
+        False,
+        "Agent-R: each iteration builds one MCTS tree per task with the current policy, turns good and "
+        "revision trajectories into chat examples and fine-tunes on them (iterative SFT instead of RL)",
+    )
+    mcts_iterations: int = _f(8, "MCTS descents from the root per tree (the authors' ITERA; paper 4-8)")
+    max_depth: int = _f(8, "tree depth limit: a node at this depth is terminal (the paper uses 20)")
+    candidates: int = _f(4, "candidate actions sampled per expansion, deduplicated (paper: 4)")
+    c_uct: float = _f(0.25, "UCT exploration constant c (paper Eq. 5: 0.25)")
+    temperature: float = _f(1.0, "sampling temperature of expansions (paper: 1)")
+    beta: float = _f(0.2, "a (good, bad) leaf pair needs value(good) - value(bad) > beta (paper: 0.2)")
+    alpha_schedule: list = _f(
+        [0.5, 0.7, 1.0],
+        "per iteration, the least value a good path needs (value >= alpha); later iterations keep the last",
+    )
+    max_pairs_per_tree: int = _f(4, "revision trajectories per tree at most (best good path first, worst bad)")
+    max_good_per_tree: int = _f(2, "good trajectories per tree at most (highest value first)")
+    judge: bool = _f(
+        True,
+        "model-guided transition point: the actor judges each bad step (paper Table 4) and the first "
+        "Bad one is t'; false = direct revision at the bad path's last step",
+    )
+    judge_max_new_tokens: int = _f(96, "token limit of one judgement (reasons, then 'Judgment: ...')")
+    judge_history: int = _f(8, "earlier (action, observation) turns shown to the judge at most")
+    epochs_first: int = _f(3, "SFT epochs of the first iteration (paper: 3)")
+    epochs_later: int = _f(1, "SFT epochs of later iterations (paper: 1)")
+    lr: float = _f(1e-4, "AdamW learning rate of the SFT (the paper's 2e-5 is for full fine-tuning of 8B)")
+    batch_examples: int = _f(8, "examples per optimizer step (token-mean loss)")
+    micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward")
+    general_data: str = _f(
+        "",
+        "JSONL of general chat examples (roleagent.sft.data) mixed in at eta; '' = agent data only "
+        "(the paper mixes ShareGPT, which is not shipped)",
+    )
+    eta: float = _f(
+        0.2,
+        "share of agent examples in the mixture with general_data (paper Eq. 6, AgentTuning's eta = 0.2): "
+        "each iteration draws round(n_agent * (1 - eta) / eta) general examples",
+    )

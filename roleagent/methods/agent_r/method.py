@@ -1,0 +1,225 @@
+"""Agent-R (Yuan et al., 2025, "Agent-R: Training Language Model Agents to Reflect via
+Iterative Self-Training", arXiv 2501.11425) as a method plug-in: it replaces two stages of
+the loop (``roleagent.trainer.stages``).
+
+One loop iteration is one Agent-R iteration i (α = ``alpha_schedule[i]``)::
+
+    tasks        = task_source.sample(rollout.tasks_per_iter)      # one tree per task
+    trees        = MCTS with the current policy (collector)        # .mcts.search_trees
+    goods, pairs = per tree: value ≥ α; value gap > β              # .data.select
+    verdicts     = the policy judges each bad step (one batch)     # .data.judge_pairs
+    examples     = good + revision trajectories (+ general data at η)
+    SFT          = epochs_first (i = 0) or epochs_later epochs     # objective
+
+Files, per iteration ``i`` (``run_dir/agent_r/iter_00000i/``): ``trees/*.json`` (view with
+``roleagent view``), ``pairs.jsonl`` (each pair's paths, values, verdicts and the judge's
+answers), ``examples.jsonl`` (the chat examples trained on, ``roleagent.sft.data``
+format). A resumed run removes iterations after its checkpoint and redoes them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from roleagent.algos.agent_r import alpha_for_iteration
+from roleagent.fields import ConfigError
+from roleagent.methods.agent_r import data
+from roleagent.methods.agent_r.config import AgentRConfig
+from roleagent.methods.agent_r.mcts import MCTSSettings, save_trees, search_trees
+from roleagent.methods.base import Method
+from roleagent.sft.config import SFTConfig
+from roleagent.sft.data import SFTDataError, encode_example, read_examples, write_examples
+from roleagent.sft.train import peak_rss_mb, sft_epoch
+
+
+class AgentRMethod(Method):
+    name = "agent_r"
+    config_class = AgentRConfig
+    uses_advantages = False
+
+    def __init__(self, context, config: AgentRConfig):
+        super().__init__(context, config)
+        self.iteration = 0  # Agent-R iterations finished
+        self.examples: list = []  # this iteration's encoded examples, for the objective
+        self.metrics: dict[str, float] = {}
+        self.general = read_examples(config.general_data) if config.general_data else []
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        r = cfg.rollout
+        if r.context != "full":
+            raise ConfigError("agent_r.enabled needs rollout.context=full (revision trajectories are whole chats)")
+        if r.action_format != "think_action":
+            raise ConfigError("agent_r.enabled needs rollout.action_format=think_action (thought + action turns)")
+        if r.group_size != 1:
+            raise ConfigError("agent_r builds one tree per task: set rollout.group_size=1")
+        for name in ("wia", "aiw", "seal"):
+            if getattr(cfg, name).enabled:
+                raise ConfigError(f"agent_r replaces the RL objective: it cannot run with {name}.enabled")
+
+    # -- stages ---------------------------------------------------------------------------
+    def collector(self):
+        return self
+
+    def objective(self):
+        return AgentRObjective(self)  # a fresh optimizer for the policy's current weights
+
+    def collect(self, jobs, progress=None):
+        """Build the trees and this iteration's examples; return the leaf paths as trajectories."""
+        cfg, ctx = self.config, self.context
+        out = self.iteration_dir(self.iteration)
+        shutil.rmtree(out, ignore_errors=True)
+        started = time.perf_counter()
+        settings = replace(ctx.settings, temperature=cfg.temperature, record_chat=True)
+        mcts = MCTSSettings(
+            iterations=cfg.mcts_iterations,
+            max_depth=cfg.max_depth,
+            candidates=cfg.candidates,
+            c=cfg.c_uct,
+            temperature=cfg.temperature,
+        )
+        rng = random.Random(f"{ctx.cfg.seed}/agent_r/{self.iteration}")
+        trees, stats = search_trees(ctx.engine, ctx.pool, jobs, settings, mcts, rng, progress=progress)
+        save_trees(trees, out / "trees")
+        search_s = time.perf_counter() - started
+        examples = self._build(trees, out, rng)
+        self.metrics = {**self.metrics, "search_s": search_s, "trees": float(len(trees))}
+        self.examples = examples
+        trajectories = [t for tree in trees for t in tree.trajectories()]
+        return trajectories, stats
+
+    def _build(self, trees, out: Path, rng: random.Random) -> list:
+        cfg, ctx = self.config, self.context
+        fmt = ctx.settings.action_format
+        alpha = alpha_for_iteration(self.iteration, [float(a) for a in cfg.alpha_schedule])
+        goods, pairs = [], []
+        for tree in trees:
+            g, p = data.select(
+                tree, alpha=alpha, beta=float(cfg.beta), max_good=cfg.max_good_per_tree, max_pairs=cfg.max_pairs_per_tree
+            )
+            goods += [(tree, path) for path in g]
+            pairs += p
+        started = time.perf_counter()
+        if cfg.judge:
+            env = ctx.cfg.env.name
+            data.judge_pairs(pairs, ctx.chat, env, history=cfg.judge_history, max_new_tokens=cfg.judge_max_new_tokens)
+        judge_s = time.perf_counter() - started
+        chats = [data.good_example(tree, path, fmt) for tree, path in goods]
+        chats += [data.revision_example(pair, fmt, rng) for pair in pairs]
+        _write_pairs(out / "pairs.jsonl", pairs)
+        write_examples(out / "examples.jsonl", chats)
+        encoded, too_long = [], 0
+        for example in chats:
+            try:
+                encoded.append(encode_example(ctx.engine, example))
+            except SFTDataError:
+                too_long += 1
+        verdicts = [v for pair in pairs for v in pair.verdicts]
+        self.metrics = {
+            "alpha": alpha,
+            "good": float(len(goods)),
+            "revision": float(len(pairs)),
+            "too_long": float(too_long),
+            "judge_s": judge_s,
+            **{f"verdict_{v}": float(verdicts.count(v)) for v in ("good", "bad", "uncertain")},
+            "verdict_unparsed": float(verdicts.count(None)),
+        }
+        return encoded + self._general(len(encoded), rng)
+
+    def _general(self, n_agent: int, rng: random.Random) -> list:
+        """General examples at η (paper Eq. 6): ``round(n_agent · (1 − η) / η)`` of them,
+        each file example at most once per iteration until all are used."""
+        if not self.general or n_agent == 0:
+            return []
+        eta = float(self.config.eta)
+        n = round(n_agent * (1 - eta) / eta)
+        whole, rest = divmod(n, len(self.general))
+        picks = self.general * whole + rng.sample(self.general, rest)
+        self.metrics["general"] = float(n)
+        return [encode_example(self.context.engine, e) for e in picks]
+
+    def iteration_dir(self, iteration: int) -> Path:
+        return self.context.run_dir / "agent_r" / f"iter_{iteration:06d}"
+
+    # -- hooks ------------------------------------------------------------------------------
+    def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
+        self.iteration = iteration + 1
+        metrics, self.metrics, self.examples = self.metrics, {}, []
+        return metrics
+
+    def start_fresh(self) -> None:
+        shutil.rmtree(self.context.run_dir / "agent_r", ignore_errors=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state.get("iteration", 0))
+        root = self.context.run_dir / "agent_r"
+        for folder in sorted(root.glob("iter_*")) if root.exists() else []:
+            if int(folder.name.removeprefix("iter_")) >= self.iteration:
+                shutil.rmtree(folder)
+
+
+class AgentRObjective:
+    """Iterative SFT on the iteration's examples (``roleagent.sft.train.sft_epoch``): the
+    loop's advantages are not used. ``samples`` returns encoded chat examples."""
+
+    def __init__(self, method: AgentRMethod):
+        self.method = method
+        cfg = method.config
+        policy = method.context.engine.policy
+        self.policy = policy
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+        grad_clip = method.context.cfg.optim.grad_clip
+        self.sft = SFTConfig(batch_examples=cfg.batch_examples, micro_batch_tokens=cfg.micro_batch_tokens, grad_clip=grad_clip)
+
+    def samples(self, batch, advantages: np.ndarray, methods) -> list:
+        return list(self.method.examples)
+
+    def update(self, samples: list, rng: random.Random) -> dict[str, float]:
+        method = self.method
+        if not samples:
+            return {"examples": 0.0, "trained_tokens": 0.0}
+        epochs = method.config.epochs_first if method.iteration == 0 else method.config.epochs_later
+        seed = method.context.cfg.seed * 1000 + method.iteration
+        records = [sft_epoch(self.policy, self.optimizer, samples, self.sft, seed, e) for e in range(epochs)]
+        tokens = sum(r["loss_tokens"] for r in records)
+        return {
+            "examples": float(len(samples)),
+            "epochs": float(epochs),
+            "loss_first": records[0]["loss"],
+            "loss_last": records[-1]["loss"],
+            "trained_tokens": float(sum(sum(len(e.ids) for e in samples) for _ in records)),
+            "loss_tokens": float(tokens),
+            "sft_tokens_per_s": sum(r["tokens_per_s"] * r["time_s"] for r in records)
+            / max(sum(r["time_s"] for r in records), 1e-9),
+            "peak_rss_mb": peak_rss_mb(),
+        }
+
+
+def _write_pairs(path: Path, pairs: list) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in pairs:
+            record = {
+                "task": p.tree.task.id,
+                "seed": p.tree.seed,
+                "good": p.good,
+                "bad": p.bad,
+                "shared": p.start,
+                "values": [p.tree.path_value(p.good), p.tree.path_value(p.bad)],
+                "verdicts": p.verdicts,
+                "answers": p.answers,
+            }
+            f.write(json.dumps(record) + "\n")

@@ -1,0 +1,181 @@
+"""Agent-R's data stage (roleagent.methods.agent_r.data, .judge) on hand-built trees:
+which paths are picked, what the judge is asked, where the transition lands, and the
+loss mask of the resulting chat examples."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from roleagent.config import ConfigError, load_config
+from roleagent.methods.agent_r import data
+from roleagent.methods.agent_r.judge import judge_prompt
+from roleagent.roles import actor
+from roleagent.sft.data import check_example
+from roleagent.types import Task
+
+
+@dataclass
+class FakeNode:
+    text: str
+    action: str | None
+    observation: str
+    valid: bool = True
+    admissible: list | None = None
+    chat: dict | None = None
+
+
+@dataclass
+class FakeTree:
+    """Root → a (shared) → {b → x (value 0), c → d (value 1)}, and root → e (value 0.6)."""
+
+    task: Task = field(default_factory=lambda: Task("toy/0", "scripted"))
+    seed: int = 3
+    instruction: str = "Open the door."
+    nodes: list = field(default_factory=list)
+
+    def __post_init__(self):
+        opening = {
+            "mode": "encode",
+            "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "u0"}],
+        }
+
+        def node(name, obs, parent=None):
+            # a later turn's recorded chat holds the user message about its parent's observation
+            text = f"<think>t</think><action>{name}</action>"
+            chat = (
+                opening
+                if parent is None
+                else {"mode": "extend", "messages": [{"role": "user", "content": f"after-{parent}"}]}
+            )
+            return FakeNode(text, name, obs, chat=chat)
+
+        self.nodes = [
+            None,  # the root
+            node("a", "o_a"),
+            node("b", "o_b", "a"),
+            node("x", "o_x", "b"),
+            node("c", "o_c", "a"),
+            node("d", "won", "c"),
+            node("e", "o_e"),
+        ]
+        self.values = {(1, 2, 3): 0.0, (1, 4, 5): 1.0, (6,): 0.6}
+
+    def leaf_paths(self):
+        return [list(p) for p in self.values]
+
+    def path_value(self, path):
+        return self.values[tuple(path)]
+
+
+def test_select_picks_goods_and_pairs_by_alpha_and_beta():
+    tree = FakeTree()
+    goods, pairs = data.select(tree, alpha=0.5, beta=0.2, max_good=2, max_pairs=4)
+    assert goods == [[1, 4, 5], [6]]
+    assert [(p.good, p.bad, p.start) for p in pairs] == [
+        ([1, 4, 5], [1, 2, 3], 1),
+        ([1, 4, 5], [6], 0),
+        ([6], [1, 2, 3], 0),
+    ]
+    goods, pairs = data.select(tree, alpha=1.0, beta=0.2, max_good=1, max_pairs=1)
+    assert goods == [[1, 4, 5]] and len(pairs) == 1
+
+
+def test_judged_revision_example_has_the_paper_mask():
+    tree = FakeTree()
+    _, pairs = data.select(tree, alpha=0.5, beta=0.2, max_good=2, max_pairs=1)
+    asked = []
+
+    def chat(conversations, **kwargs):
+        asked.extend(c[0]["content"] for c in conversations)
+        assert kwargs["temperature"] == 0.0
+        return ["b looks fine.\nJudgment: Good", "x wastes a step.\nJudgment: Bad"]
+
+    data.judge_pairs(pairs, chat, "scripted", history=8, max_new_tokens=64)
+    assert pairs[0].verdicts == ["good", "bad"]
+    assert "Current Action: b" in asked[0] and "Action: a\nObservation: o_a" in asked[0]
+    assert "Current Action: x" in asked[1] and "Current Observation: o_x" in asked[1]
+
+    import random
+
+    example = data.revision_example(pairs[0], "think_action", random.Random(0))
+    check_example(example.to_json())
+    roles = [(m["role"], m["loss"]) for m in example.messages]
+    assert roles == [
+        ("system", False),
+        ("user", False),
+        ("assistant", False),  # a (shared)
+        ("user", False),
+        ("assistant", False),  # b
+        ("user", False),
+        ("assistant", False),  # x: the first Bad step, kept untrained
+        ("user", False),
+        ("assistant", True),  # the revision thought
+        ("user", False),
+        ("assistant", True),  # c
+        ("user", False),
+        ("assistant", True),  # d
+    ]
+    assert example.meta["transition"] == 2 and example.meta["shared"] == 1
+    texts = [m["content"] for m in example.messages]
+    assert texts[3] == "after-a" and texts[5] == "after-b" and texts[11] == "after-c"  # as recorded
+    # x was the bad path's last turn: no recorded successor, so its message is rebuilt
+    assert texts[7] == actor.observation_message("o_x", None, "think_action")
+    assert texts[9] == "OK." and texts[8].endswith("<action>wait</action>")
+
+
+def test_direct_revision_without_a_bad_verdict_cuts_at_the_last_bad_step():
+    import random
+
+    tree = FakeTree()
+    _, pairs = data.select(tree, alpha=0.5, beta=0.2, max_good=2, max_pairs=1)
+    pairs[0].verdicts = ["uncertain", None]
+    example = data.revision_example(pairs[0], "think_action", random.Random(0))
+    assert example.meta["transition"] == 2
+    pairs[0].verdicts = ["bad", "good"]
+    example = data.revision_example(pairs[0], "think_action", random.Random(0))
+    assert example.meta["transition"] == 1
+    assert [m["loss"] for m in example.messages if m["role"] == "assistant"] == [False, False, True, True, True]
+
+
+def test_good_example_trains_every_turn():
+    tree = FakeTree()
+    example = data.good_example(tree, [1, 4, 5], "think_action")
+    check_example(example.to_json())
+    assert [m["loss"] for m in example.messages if m["role"] == "assistant"] == [True, True, True]
+    assert example.meta["kind"] == "good" and example.meta["value"] == 1.0
+
+
+def test_judge_prompt_names_the_environment_and_bounds_history():
+    steps = [(f"get {i} oak log", f"Got {i}") for i in range(12)]
+    prompt = judge_prompt("textcraft", "Goal: craft a stick.", steps, 11, history=3)
+    assert "Minecraft crafting" in prompt and "science" not in prompt
+    assert "Action: get 8 oak log" in prompt and "Action: get 7 oak log" not in prompt
+    assert "Current Action: get 11 oak log" in prompt
+    assert prompt.rstrip().endswith("Judgment: <Good or Bad or Uncertain>")
+
+
+def test_revision_turn_needs_think_action():
+    assert data.revision_turn("I erred.", "think_action") == "<think>I erred.</think><action>wait</action>"
+    with pytest.raises(ValueError):
+        data.revision_turn("I erred.", "action")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("rollout.context=window", "rollout.context=full"),
+        ("rollout.action_format=action", "think_action"),
+        ("rollout.group_size=2", "group_size=1"),
+        ("agent_r.alpha_schedule=[0.5, 1.5]", "alpha_schedule"),
+    ],
+)
+def test_agent_r_config_checks(override, message):
+    base = [
+        "env.name=scripted",
+        "agent_r.enabled=true",
+        "rollout.context=full",
+        "rollout.action_format=think_action",
+        "rollout.group_size=1",
+    ]
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_config(None, base + [override])
