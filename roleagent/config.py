@@ -145,6 +145,10 @@ class OptimConfig:
     )
     entropy_coef: float = _f(0.0, "entropy bonus coefficient")
     grad_clip: float = _f(1.0, "gradient norm clip")
+    max_nonfinite_skips: int = _f(
+        3,
+        "consecutive optimizer steps with a NaN/inf gradient norm that are skipped (gradients zeroed, counted in update/nonfinite_skipped, diagnosed in run_dir/nonfinite.jsonl) before the next one raises FloatingPointError; 0 raises at the first",
+    )
     skip_zero_advantage: bool = _f(
         True,
         "skip the forward/backward of samples whose advantage is exactly 0; they stay in the "

@@ -104,6 +104,7 @@ FIELD_RULES: dict[str, Rule] = {
     "optim.kl_coef": at_least(0),
     "optim.entropy_coef": at_least(0),
     "optim.grad_clip": above(0),
+    "optim.max_nonfinite_skips": at_least(0),
     "eval.every": at_least(0),
     "eval.max_tasks": at_least(0),
     "eval.temperature": at_least(0),

@@ -159,7 +159,13 @@ class Trainer:
         """A fresh objective stage (optimizer, KL reference) for the policy's current weights."""
         cfg = self.cfg
         self.objective = self._stage(
-            "objective", lambda: PPOObjective(self.policy, cfg.optim, temperature=cfg.rollout.temperature)
+            "objective",
+            lambda: PPOObjective(
+                self.policy,
+                cfg.optim,
+                temperature=cfg.rollout.temperature,
+                diagnostics_path=self.run_dir / "nonfinite.jsonl",
+            ),
         )
 
     def _stage(self, kind: str, default):

@@ -108,8 +108,8 @@ class PPOObjective:
     sample per generated turn, plus what each method adds for that turn
     (``Method.extra_samples``, e.g. World-In-Agent's prediction tokens)."""
 
-    def __init__(self, policy, optim_cfg, *, temperature: float):
-        self.updater = Updater(policy, optim_cfg, temperature=temperature)
+    def __init__(self, policy, optim_cfg, *, temperature: float, diagnostics_path=None):
+        self.updater = Updater(policy, optim_cfg, temperature=temperature, diagnostics_path=diagnostics_path)
         self.optimizer = self.updater.optimizer
         self.pack = optim_cfg.pack_episodes
 

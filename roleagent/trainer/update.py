@@ -33,6 +33,11 @@ log-prob for the KL and the entropy are recomputed from the logits (over T) reno
 over that set, as the engine sampled it, so π_θ/π_old is a ratio of one restricted policy.
 A position with a single allowed token has log-prob 0 for every θ: no gradient.
 
+Non-finite gradients (``optim.max_nonfinite_skips``): a step whose gradient norm is NaN or
+inf is not applied (gradients zeroed, AdamW state untouched, counted in ``nonfinite_skipped``),
+as verl's actor does; ``roleagent.trainer.nonfinite`` records where it came from, and the
+step after that many consecutive skips raises ``FloatingPointError``.
+
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
@@ -42,9 +47,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import random
+import warnings
+from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,6 +62,7 @@ from roleagent.algos import policy_loss, token_entropy_from_logits
 from roleagent.config import OptimConfig
 from roleagent.engine.constrain import restrict_logits
 from roleagent.models.loading import Policy
+from roleagent.trainer.nonfinite import append_record, diagnose
 
 
 @dataclass
@@ -166,12 +176,19 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     allowed: dict[tuple[int, int], list[int]] | None = None,
+    probe: dict | None = None,
 ):
     """Log-probs of ``targets`` (the last ``keep`` tokens of each row); (B, K) each.
     Positions in ``allowed`` (:func:`allowed_positions`) use the distribution renormalised
-    over their allowed tokens, as constrained decoding sampled them (entropy likewise)."""
+    over their allowed tokens, as constrained decoding sampled them (entropy likewise).
+    ``probe`` (diagnosis only: it syncs) receives whether the raw logits are finite and
+    their largest finite magnitude."""
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
     logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
+    if probe is not None:
+        finite = torch.isfinite(logits)  # (B, K, V)
+        probe["logits_finite"] = bool(finite.all())
+        probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logits = restrict_logits(logits, allowed or {})  # (B, K, V)
@@ -180,15 +197,34 @@ def token_logprobs(
     return logprobs, entropy
 
 
-class Updater:
-    """Holds the optimizer and the reference policy; runs one iteration's update."""
+def grad_norm(params: list[torch.nn.Parameter]) -> float:
+    """L2 norm of all gradients together, each reduced in float32, before clipping.
 
-    def __init__(self, policy: Policy, cfg: OptimConfig, *, temperature: float = 1.0):
+    Example: gradients [3.0] and [[0.0, 4.0]] → 5.0; a NaN anywhere → nan.
+    """
+    norms = [torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32) for p in params if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+class Updater:
+    """Holds the optimizer and the reference policy; runs one iteration's update.
+
+    A step whose gradient norm is non-finite is skipped (``optim.max_nonfinite_skips``):
+    its diagnosis (``roleagent.trainer.nonfinite``) is appended to ``diagnostics_path``
+    when given, else kept in ``nonfinite_records`` (the last 16)."""
+
+    def __init__(
+        self, policy: Policy, cfg: OptimConfig, *, temperature: float = 1.0, diagnostics_path: str | Path | None = None
+    ):
         self.policy = policy
         self.cfg = cfg
         self.temperature = temperature
-        params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.diagnostics_path = diagnostics_path
+        self.nonfinite_records: deque[dict] = deque(maxlen=16)
+        self.nonfinite_streak = 0  # consecutive skipped steps, over updates
+        self.steps = 0  # optimizer steps attempted (applied or skipped)
         self.reference = None
         if cfg.kl_coef > 0 and not policy.lora:  # LoRA: the base with adapters off is the reference
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
@@ -214,11 +250,13 @@ class Updater:
                 "approx_kl": 0.0,
                 "ratio_mean": 1.0,
                 "grad_norm": 0.0,
+                "nonfinite_skipped": 0,
             }
         self.policy.model.train()
+        index_of = {id(s): i for i, s in enumerate(samples)}
         totals: dict[str, list[float]] = {}
         grad_norms: list[float] = []
-        trained_tokens = 0
+        trained_tokens = nonfinite = 0
         for _ in range(cfg.epochs):
             order = list(range(len(samples)))
             rng.shuffle(order)
@@ -229,60 +267,123 @@ class Updater:
                 computed = [samples[order[i]] for i in mini if not skipped[order[i]]]
                 if not computed:
                     continue
-                trained_tokens += self._accumulate(computed, n_tokens, totals)
-                grad_norms.append(self._step())
-        # Metrics: token-weighted over the trained samples of a mini-batch, averaged over steps.
-        out = {key: float(np.sum(values)) / len(grad_norms) for key, values in totals.items()}
-        out["grad_norm"] = float(np.mean(grad_norms))
+                step_totals: dict[str, list[float]] = {}
+                micros, losses = self._accumulate(computed, n_tokens, step_totals)
+                trained_tokens += sum(s.length for s in computed)
+                norm = self._step(functools.partial(diagnose, self, micros, losses, index_of))
+                if norm is None:  # skipped: its metrics describe no applied step
+                    nonfinite += 1
+                    step_totals = {key: [] for key in step_totals}
+                else:
+                    grad_norms.append(norm)
+                for key, values in step_totals.items():
+                    totals.setdefault(key, []).extend(values)
+        # Metrics: token-weighted over the trained samples of a mini-batch, averaged over applied steps.
+        steps = len(grad_norms)
+        out = {key: float(np.sum(values)) / steps if steps else math.nan for key, values in totals.items()}
+        out["grad_norm"] = float(np.mean(grad_norms)) if steps else math.nan
+        out["nonfinite_skipped"] = nonfinite
         out["samples"] = n_trained
         out["skipped_samples"] = len(samples) - n_trained
         out["trained_tokens"] = trained_tokens
         return out
 
-    def _accumulate(self, computed: list[TrainSample], n_tokens: int, totals: dict[str, list[float]]) -> int:
-        """Backward of ``Σ_tokens ℓ / n_tokens`` over ``computed``, in micro-batches; returns the
-        number of tokens run through the model."""
+    def micro_loss(self, micro: list[TrainSample], probe: dict | None = None):
+        """Collate ``micro`` and compute its token-mean policy loss; returns ``(loss,
+        metrics, parts)`` with ``parts`` the (B, K) tensors it used (``probe``: see
+        :func:`token_logprobs`, filled for the policy's logits)."""
         cfg, model = self.cfg, self.policy.model
-        pad_id = self.policy.tokenizer.pad_token_id
-        n_computed = sum(sum(s.loss_mask(cfg.skip_zero_advantage)) for s in computed)
-        self.optimizer.zero_grad(set_to_none=True)
-        ran = 0
-        for micro in micro_batches(computed, cfg.micro_batch_tokens):
-            *tensors, keep = _collate(micro, pad_id, self.policy.device, cfg.skip_zero_advantage)
-            input_ids, attention, positions, targets, old, mask, advantages = tensors
-            common = dict(temperature=self.temperature, allowed=allowed_positions(micro, keep))
-            ref = None
-            if cfg.kl_coef > 0:
-                ref_model, context = self._reference_model()
-                with torch.no_grad(), context:
-                    ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep, **common)
-            logprobs, entropy = token_logprobs(
-                model, input_ids, attention, positions, targets, keep, with_entropy=cfg.entropy_coef > 0, **common
-            )
-            loss, metrics = policy_loss(
-                logprobs,
-                old,
-                advantages,
-                mask,
-                clip_low=cfg.clip_low,
-                clip_high=cfg.clip_high,
-                dual_clip=cfg.dual_clip,
-                ref_logprobs=ref,
-                kl_coef=cfg.kl_coef,
-                entropy=entropy,
-                entropy_coef=cfg.entropy_coef,
-            )
-            (loss * (float(mask.sum()) / n_tokens)).backward()
-            ran += int(attention.sum())
-            for key, value in metrics.items():
-                totals.setdefault(key, []).append(value * float(mask.sum()) / n_computed)
-        return ran
+        *tensors, keep = _collate(
+            micro, self.policy.tokenizer.pad_token_id, self.policy.device, cfg.skip_zero_advantage
+        )
+        input_ids, attention, positions, targets, old, mask, advantages = tensors
+        common = dict(temperature=self.temperature, allowed=allowed_positions(micro, keep))
+        ref = None
+        if cfg.kl_coef > 0:
+            ref_model, context = self._reference_model()
+            with torch.no_grad(), context:
+                ref, _ = token_logprobs(ref_model, input_ids, attention, positions, targets, keep, **common)
+        logprobs, entropy = token_logprobs(
+            model,
+            input_ids,
+            attention,
+            positions,
+            targets,
+            keep,
+            with_entropy=cfg.entropy_coef > 0,
+            probe=probe,
+            **common,
+        )
+        loss, metrics = policy_loss(
+            logprobs,
+            old,
+            advantages,
+            mask,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
+            ref_logprobs=ref,
+            kl_coef=cfg.kl_coef,
+            entropy=entropy,
+            entropy_coef=cfg.entropy_coef,
+        )
+        parts = dict(mask=mask, logprobs=logprobs, ref=ref, old=old, advantages=advantages, entropy=entropy)
+        return loss, metrics, parts
 
-    def _step(self) -> float:
-        params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
-        if not math.isfinite(float(grad_norm)):  # never apply a NaN step
-            self.optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError("non-finite gradient norm: lower optim.lr or check the advantages")
-        self.optimizer.step()
-        return float(grad_norm)
+    def _accumulate(self, computed: list[TrainSample], n_tokens: int, totals: dict[str, list[float]]):
+        """Backward of ``Σ_tokens ℓ / n_tokens`` over ``computed``, in micro-batches; returns
+        the micro-batches and their (detached) losses."""
+        skip_zero = self.cfg.skip_zero_advantage
+        n_computed = sum(sum(s.loss_mask(skip_zero)) for s in computed)
+        self.optimizer.zero_grad(set_to_none=True)
+        micros = micro_batches(computed, self.cfg.micro_batch_tokens)
+        losses = []
+        for micro in micros:
+            loss, metrics, parts = self.micro_loss(micro)
+            share = float(parts["mask"].sum())
+            (loss * (share / n_tokens)).backward()
+            losses.append(loss.detach())
+            for key, value in metrics.items():
+                totals.setdefault(key, []).append(value * share / n_computed)
+        return micros, losses
+
+    def _step(self, diagnosis=None) -> float | None:
+        """Clip and apply the accumulated gradients; returns their norm before clipping.
+        A non-finite norm skips the step (gradients zeroed, ``diagnosis(norm)`` recorded) and
+        returns ``None``; the step after ``optim.max_nonfinite_skips`` consecutive skips raises."""
+        self.steps += 1
+        norm = grad_norm(self.params)
+        if math.isfinite(norm):
+            coef = min(1.0, self.cfg.grad_clip / (norm + 1e-6))  # as torch.nn.utils.clip_grad_norm_
+            for p in self.params:
+                if p.grad is not None and coef < 1.0:
+                    p.grad.mul_(coef)
+            self.optimizer.step()
+            self.nonfinite_streak = 0
+            return norm
+        self.nonfinite_streak += 1
+        record = {"step": self.steps, "consecutive_skips": self.nonfinite_streak}
+        record["grad_norm"] = norm
+        if diagnosis is not None:
+            try:
+                record.update(diagnosis(norm))
+            except Exception as error:  # noqa: BLE001 - a failed diagnosis must not turn a skip into a crash
+                record["diagnosis_error"] = f"{type(error).__name__}: {error}"
+        self.optimizer.zero_grad(set_to_none=True)  # never apply a NaN step
+        self.nonfinite_records.append(record)
+        where = "nonfinite_records"
+        if self.diagnostics_path is not None:
+            append_record(self.diagnostics_path, record)
+            where = str(self.diagnostics_path)
+        if self.nonfinite_streak > self.cfg.max_nonfinite_skips:
+            raise FloatingPointError(
+                f"non-finite gradient norm in {self.nonfinite_streak} consecutive steps "
+                f"(optim.max_nonfinite_skips={self.cfg.max_nonfinite_skips}); diagnosis in {where}: "
+                "lower optim.lr or check the advantages"
+            )
+        warnings.warn(
+            f"skipped optimizer step {self.steps}: gradient norm {norm}; diagnosis in {where}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
