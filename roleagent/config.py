@@ -353,7 +353,7 @@ def validate(cfg: TrainConfig) -> None:
     it): every field's range or choices (:mod:`roleagent.config_rules`), the model path,
     the environment, then cross-field checks. Never changes ``cfg``; raises a one-line
     :class:`ConfigError` naming the key."""
-    from roleagent.config_rules import check_env, check_fields, check_model_name
+    from roleagent.config_rules import check_env, check_fields, check_model_name, check_rollout
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
@@ -367,22 +367,7 @@ def validate(cfg: TrainConfig) -> None:
             f"optim.mini_batches={o.mini_batches} exceeds the {episodes} episodes of an iteration "
             f"(rollout.tasks_per_iter * rollout.group_size)"
         )
-    if 0 < r.prefix_cache_tokens < r.max_prompt_tokens:
-        raise ConfigError(
-            f"rollout.prefix_cache_tokens={r.prefix_cache_tokens} cannot hold one prompt "
-            f"(rollout.max_prompt_tokens={r.max_prompt_tokens}): use 0 (off) or at least that"
-        )
-    if r.constrain_actions and r.project_actions:
-        raise ConfigError(
-            "rollout.constrain_actions and rollout.project_actions are exclusive: constrained decoding "
-            "only emits admissible commands, so there is nothing to project"
-        )
-    if r.constrain_actions and r.action_format != "action":
-        raise ConfigError(
-            f"rollout.constrain_actions needs rollout.action_format=action, not {r.action_format!r}: "
-            "think_action's <think> block cannot be constrained to a command list, and raw completions "
-            "have no closing tag to end a command that is a prefix of another"
-        )
+    check_rollout(r)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
     from roleagent.engine import ENGINES

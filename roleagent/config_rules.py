@@ -301,3 +301,23 @@ def explain(cls: type | None = None, prefix: str = "") -> list[str]:
         rule = f" (must be {FIELD_RULES[key][1]})" if key in FIELD_RULES else ""
         lines.append(f"{key} = {default!r}: {f.metadata.get('help', '')}{rule}")
     return lines
+
+
+def check_rollout(r) -> None:
+    """Cross-field checks of the ``rollout`` section."""
+    if 0 < r.prefix_cache_tokens < r.max_prompt_tokens:
+        raise ConfigError(
+            f"rollout.prefix_cache_tokens={r.prefix_cache_tokens} cannot hold one prompt "
+            f"(rollout.max_prompt_tokens={r.max_prompt_tokens}): use 0 (off) or at least that"
+        )
+    if r.constrain_actions and r.project_actions:
+        raise ConfigError(
+            "rollout.constrain_actions and rollout.project_actions are exclusive: constrained decoding "
+            "only emits admissible commands, so there is nothing to project"
+        )
+    if r.constrain_actions and r.action_format != "action":
+        raise ConfigError(
+            f"rollout.constrain_actions needs rollout.action_format=action, not {r.action_format!r}: "
+            "think_action's <think> block cannot be constrained to a command list, and raw completions "
+            "have no closing tag to end a command that is a prefix of another"
+        )
