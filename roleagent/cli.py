@@ -7,6 +7,7 @@ roleagent eval --env alfworld --policy expert --split valid_seen
 roleagent sft --expert alfworld --tasks 50 --out runs/sft   # then --set model.init_from=runs/sft/final
 roleagent expert-data grpo_alfworld --out expert.jsonl --tasks 50
 roleagent view runs/role_agent_textcraft --failed
+roleagent view TREES_DIR                      # Agent-R search trees (tree JSON files)
 roleagent envs
 """
 
@@ -153,8 +154,10 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from roleagent.viewer import view_run
+    from roleagent.viewer import is_tree_path, view_run, view_trees
 
+    if is_tree_path(Path(args.run)):
+        return view_trees(Path(args.run))
     return view_run(
         Path(args.run), file=args.file, task=args.task, index=args.index, failed=args.failed, memory=args.memory
     )
@@ -202,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.set_defaults(func=_eval)
 
-    view = sub.add_parser("view", help="browse a run's trajectories and failure memory")
-    view.add_argument("run", help="run directory")
+    view = sub.add_parser("view", help="browse a run's trajectories and failure memory, or Agent-R trees")
+    view.add_argument("run", help="run directory, or an Agent-R tree file (*.json) or directory of them")
     view.add_argument("--file", help="rollout file stem, e.g. iter_000002 or eval_after (default: list files)")
     view.add_argument("--task", help="only trajectories of this task id")
     view.add_argument("--index", type=int, help="show trajectory number k in full")

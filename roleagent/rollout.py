@@ -52,6 +52,18 @@ records the chat it was prompted with in ``step.extras["chat"]`` (``mode`` "enco
 whole chat; "extend": the messages added to the previous turn's chat), which
 ``roleagent.sft.data`` turns into supervised examples. An expert without a move gives an
 empty (invalid) output.
+
+Replayed prefixes: a job ``(task, seed, prefix)`` first replays ``prefix``, a list of
+assistant texts (``Step.action_text`` as generated), then the policy (or the expert) goes
+on until the episode ends or reaches its step limit (``max_steps``, per job when given).
+A replayed turn's prompt is built by the same code as any turn; its generation is the
+forced text (:mod:`roleagent.rollout_actions`); its step records ``extras["replayed"]``.
+The environment is stepped as usual, so a deterministic environment reaches the original
+episode's states again (Agent-R's tree search reaches a node this way). In ``context=full``
+the next prompt continues the text's token ids as the tokenizer encodes them, which equal
+the sampled ids whenever the sample was the tokenizer's own encoding (always so for
+constrained and expert turns). Jobs with a prefix, and all jobs with ``record_chat``,
+record ``step.extras["chat"]`` like the expert's.
 """
 
 from __future__ import annotations
@@ -62,9 +74,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roleagent.engine.base import Engine, Generation, SamplingParams
+from roleagent.engine.base import Engine, SamplingParams
 from roleagent.envs.workers import EnvPool
 from roleagent.roles import actor
+from roleagent.rollout_actions import choose_actions
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -81,6 +94,7 @@ class RolloutSettings:
     constrain_actions: bool = False  # decode only admissible commands (module docstring)
     context: str = "window"  # window | full (module docstring)
     teacher: str | None = None  # "expert": the environment's expert acts (SFT data; below)
+    record_chat: bool = False  # record each step's prompt chat in step.extras["chat"] (below)
 
 
 @dataclass
@@ -137,6 +151,8 @@ class _Episode:
     transcript: list[dict[str, str]] | None = None  # chat protocol (env reports "messages")
     last_turn: tuple[list[int], list[int]] | None = None  # context=full: (prompt ids, action ids)
     done: bool = False
+    prefix: Sequence[str] = ()  # assistant texts replayed before the policy acts
+    max_steps: int = 0  # this episode's step limit
 
 
 def rollout_settings(cfg, max_steps: int) -> RolloutSettings:
@@ -160,14 +176,18 @@ def run_episodes(
     *,
     engine: Engine,
     pool: EnvPool,
-    jobs: list[tuple[Task, int]],
+    jobs: Sequence[tuple[Task, int] | tuple[Task, int, Sequence[str]]],
     settings: RolloutSettings,
     extensions: Sequence[RolloutExtension] = (),
     progress=None,
+    max_steps: Sequence[int] | None = None,
 ) -> tuple[list[Trajectory], RolloutStats]:
-    """Play each ``(task, seed)`` once; at most ``pool.size`` episodes run at a time."""
+    """Play each ``(task, seed)`` or ``(task, seed, prefix)`` once (a prefix is replayed
+    first: the module docstring); at most ``pool.size`` episodes run at a time. ``max_steps``
+    gives each job its own step limit (default: ``settings.max_steps`` for all)."""
     if settings.teacher not in (None, "expert"):
         raise ValueError(f"unknown rollout teacher {settings.teacher!r}: None (the engine) or 'expert'")
+    jobs = _checked_jobs(jobs, settings.max_steps if max_steps is None else max_steps)
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
     tokens_before = (engine.generated_tokens, engine.prompt_tokens, getattr(engine, "reused_prompt_tokens", 0))
@@ -179,6 +199,24 @@ def run_episodes(
     stats.reused_prompt_tokens = getattr(engine, "reused_prompt_tokens", 0) - tokens_before[2]
     stats.prefix_cache_bytes = getattr(getattr(engine, "prefix_cache", None), "nbytes", 0)
     return trajectories, stats
+
+
+def _checked_jobs(jobs, max_steps) -> list[tuple[Task, int, tuple[str, ...], int]]:
+    """``(task, seed, prefix, step limit)`` per job; a malformed job is a ValueError."""
+    limits = [max_steps] * len(jobs) if isinstance(max_steps, int) else list(max_steps)
+    if len(limits) != len(jobs):
+        raise ValueError(f"max_steps has {len(limits)} entries for {len(jobs)} jobs")
+    out = []
+    for job, limit in zip(jobs, limits):
+        if len(job) not in (2, 3):
+            raise ValueError(f"a rollout job is (task, seed) or (task, seed, prefix), got {len(job)} items")
+        prefix = () if len(job) == 2 or isinstance(job[2], str) else tuple(job[2])
+        if len(job) == 3 and (isinstance(job[2], str) or not all(isinstance(text, str) for text in prefix)):
+            raise ValueError(f"a replayed prefix is a list of assistant texts, got {job[2]!r}")
+        if not len(prefix) <= limit or limit < 1:
+            raise ValueError(f"step limit {limit} of job {job[0].id} is below 1 or its prefix's {len(prefix)} turns")
+        out.append((job[0], job[1], prefix, limit))
+    return out
 
 
 def _messages(info: dict | None) -> list[dict[str, str]] | None:
@@ -228,17 +266,9 @@ def _actor_prompt(
     return engine.encode_chat(chat["messages"], response_prefix=prefix)
 
 
-def _expert_generations(engine: Engine, pool: EnvPool, active: list[_Episode], prompts, settings) -> list[Generation]:
-    """The environment expert's actions as generations (``teacher="expert"``)."""
-    actions = pool.expert_actions([e.slot for e in active])
-    texts = [actor.completion(a, settings.action_format) if a else "" for a in actions]
-    ids = [engine.tokenizer(t, add_special_tokens=False)["input_ids"] if t else [] for t in texts]
-    return [Generation(p, i, [0.0] * len(i), t, False) for p, i, t in zip(prompts, ids, texts)]
-
-
 def _start_wave(pool, wave, stats) -> list[_Episode]:
     started = time.perf_counter()
-    replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
+    replies = pool.reset([(slot, task, seed) for slot, (task, seed, _, _) in enumerate(wave)])
     stats.env_s += time.perf_counter() - started
     return [
         _Episode(
@@ -249,8 +279,10 @@ def _start_wave(pool, wave, stats) -> list[_Episode]:
             state_key=reply.state_key,
             admissible=reply.admissible,
             transcript=_messages(reply.info),
+            prefix=prefix,
+            max_steps=limit,
         )
-        for slot, ((task, seed), reply) in enumerate(zip(wave, replies))
+        for slot, ((task, seed, prefix, limit), reply) in enumerate(zip(wave, replies))
     ]
 
 
@@ -265,7 +297,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         top_p=settings.top_p,
         stop=actor.STOP[settings.action_format],
     )
-    for _ in range(settings.max_steps):
+    for _ in range(max(e.max_steps for e in episodes)):
         active = [e for e in episodes if not e.done]
         if not active:
             break
@@ -275,11 +307,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         started = time.perf_counter()
         chats: list[dict] = [{} for _ in active]
         prompts = [_actor_prompt(e, settings, engine, count_tokens, stats, c) for e, c in zip(active, chats)]
-        if settings.teacher == "expert":
-            generations = _expert_generations(engine, pool, active, prompts, settings)
-            parsed = [actor.parse_action(g.text, settings.action_format) for g in generations]
-        else:
-            generations, parsed = _act(engine, prompts, active, settings, sampling, stats)
+        generations, parsed = choose_actions(engine, pool, active, prompts, settings, sampling, stats)
         stats.generate_s += time.perf_counter() - started
 
         # 2. the methods' extra generations (e.g. World-In-Agent predictions) ----------
@@ -310,8 +338,10 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
                 valid=p.valid,
             )
             step.extras.update({name: rows[i] for name, rows in records if rows[i] is not None})
-            if settings.teacher is not None:
+            if settings.teacher is not None or settings.record_chat or e.prefix:
                 step.extras["chat"] = chats[i]
+            if len(e.trajectory.steps) < len(e.prefix):
+                step.extras["replayed"] = {"turn": len(e.trajectory.steps)}
             _apply(e, step, p, next(replies) if p.valid else None, settings)
             e.last_turn = (gen.prompt_ids, gen.ids)
         if progress is not None:
@@ -323,43 +353,6 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         for ext in extensions:
             ext.finish(e.trajectory)
     return [e.trajectory for e in episodes]
-
-
-def _act(engine: Engine, prompts, active: list[_Episode], settings: RolloutSettings, sampling, stats):
-    """The actor's batched generation and each row's parsed action. With
-    ``constrain_actions`` an episode whose environment lists admissible commands generates
-    exactly ``actor.completion(command)`` of one of them (each command's token ids, as
-    the tokenizer encodes that text), and its action is that command, looked up by the
-    generated ids rather than parsed from text."""
-    commands = [_completions(engine, e.admissible, settings) for e in active]
-    constrained = sum(c is not None for c in commands)
-    stats.constrained_actions += constrained
-    stats.free_actions += len(active) - constrained
-    if constrained:
-        generations = engine.generate(prompts, sampling, allowed=[None if c is None else list(c) for c in commands])
-    else:  # engines without constraint support still serve free decoding
-        generations = engine.generate(prompts, sampling)
-    parsed = []
-    for g, e, c in zip(generations, active, commands):
-        if c is not None:
-            parsed.append(actor.ParsedAction(c[tuple(g.ids)], True))
-            continue
-        p = actor.parse_action(g.text, settings.action_format)
-        parsed.append(actor.project_action(p, e.admissible) if settings.project_actions else p)
-    return generations, parsed
-
-
-def _completions(engine: Engine, admissible: list[str] | None, settings: RolloutSettings) -> dict | None:
-    """``{token ids of completion(command): command}`` over the admissible commands, or
-    None when this turn decodes freely (constraining off, or no admissible list)."""
-    if not settings.constrain_actions or not admissible:
-        return None
-    encode = engine.tokenizer
-    out: dict[tuple[int, ...], str] = {}
-    for command in admissible:
-        ids = tuple(encode(actor.completion(command, settings.action_format), add_special_tokens=False)["input_ids"])
-        out.setdefault(ids, command)
-    return out
 
 
 def _apply(e: _Episode, step: Step, p, reply, settings: RolloutSettings) -> None:
@@ -386,6 +379,6 @@ def _apply(e: _Episode, step: Step, p, reply, settings: RolloutSettings) -> None
         step.info = {"invalid": True}
         e.history.append(("(invalid output)", "Invalid action format."))
     e.trajectory.steps.append(step)
-    if step.done or e.trajectory.crashed or len(e.trajectory.steps) >= settings.max_steps:
+    if step.done or e.trajectory.crashed or len(e.trajectory.steps) >= e.max_steps:
         e.done = True
         e.trajectory.final_observation = e.observation

@@ -1,4 +1,5 @@
-"""``roleagent view``: browse a run's rollout dumps (and failure memory) in the terminal."""
+"""``roleagent view``: browse a run's rollout dumps (and failure memory) in the terminal, or
+Agent-R search trees (a tree JSON file, or a directory of them)."""
 
 from __future__ import annotations
 
@@ -102,4 +103,40 @@ def _view_memory(run: Path) -> int:
             print(f"== {table} ({len(rows)} shown)")
             for row in rows:
                 print("  " + " | ".join(f"{c}={str(v)[:60]}" for c, v in zip(columns, row)))
+    return 0
+
+
+def is_tree_path(path: Path) -> bool:
+    """A tree file (``*.json``) or a directory of tree files that is not a run directory."""
+    if path.is_file():
+        return path.suffix == ".json"
+    return path.is_dir() and not (path / "rollouts").exists() and any(path.glob("*.json"))
+
+
+def view_trees(path: Path) -> int:
+    """Print each tree indented: per node its depth, visits N, mean value Q, reward r and
+    score s, T when terminal, D on a disaster, and the action (or the invalid text)."""
+    from roleagent.methods.agent_r.tree import Tree
+
+    for file in [path] if path.is_file() else sorted(path.glob("*.json")):
+        try:
+            tree = Tree.from_json(json.loads(file.read_text()))
+        except (OSError, ValueError) as error:
+            print(f"{file}: {error}")
+            return 2
+        leaves = tree.leaf_paths()
+        print(
+            f"{tree.task.id} seed={tree.seed}: {len(tree.nodes)} nodes, {len(leaves)} terminal leaves, "
+            f"{tree.iterations} iterations" + (f", stopped: {tree.error}" if tree.error else "")
+        )
+        stack = [0]
+        while stack:
+            node = tree.nodes[stack.pop()]
+            flags = ("T" if node.terminal else "-") + ("D" if node.disaster else "-")
+            label = repr(node.observation[:60]) if node.parent is None else node.action or f"(invalid) {node.text!r}"
+            print(
+                f"{'  ' * node.depth}[{node.index}] d={node.depth} N={node.visits} Q={node.value:.3f} "
+                f"r={node.reward:+.2f} s={node.score:.2f} {flags} {label}"
+            )
+            stack.extend(reversed(node.children))
     return 0
