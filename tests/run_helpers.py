@@ -79,11 +79,13 @@ def trainable(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl records without wall-clock fields (the only ones allowed to differ)."""
+    """metrics.jsonl records without wall-clock and memory fields (the only ones allowed to differ)."""
     out = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
-        out.append({k: v for k, v in record.items() if "time" not in k and not k.startswith("speed/")})
+        out.append(
+            {k: v for k, v in record.items() if "time" not in k and "rss" not in k and not k.startswith("speed/")}
+        )
     return out
 
 

@@ -102,7 +102,9 @@ def judge_pairs(pairs: list[Pair], chat, env: str, *, history: int, max_new_toke
         for index in range(pair.start, len(pair.bad)):
             requests.append((env, pair.tree.instruction, steps, index))
             owners.append(pair)
-    for pair, (verdict, answer) in zip(owners, judge_steps(chat, requests, history=history, max_new_tokens=max_new_tokens)):
+    for pair, (verdict, answer) in zip(
+        owners, judge_steps(chat, requests, history=history, max_new_tokens=max_new_tokens)
+    ):
         pair.verdicts.append(verdict)
         pair.answers.append(answer)
 

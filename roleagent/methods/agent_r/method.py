@@ -23,7 +23,6 @@ import json
 import random
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +78,6 @@ class AgentRMethod(Method):
         out = self.iteration_dir(self.iteration)
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
-        settings = replace(ctx.settings, temperature=cfg.temperature, record_chat=True)
         mcts = MCTSSettings(
             iterations=cfg.mcts_iterations,
             max_depth=cfg.max_depth,
@@ -88,11 +86,11 @@ class AgentRMethod(Method):
             temperature=cfg.temperature,
         )
         rng = random.Random(f"{ctx.cfg.seed}/agent_r/{self.iteration}")
-        trees, stats = search_trees(ctx.engine, ctx.pool, jobs, settings, mcts, rng, progress=progress)
+        trees, stats = search_trees(ctx.engine, ctx.pool, jobs, ctx.settings, mcts, rng, progress=progress)
         save_trees(trees, out / "trees")
         search_s = time.perf_counter() - started
         examples = self._build(trees, out, rng)
-        self.metrics = {**self.metrics, "search_s": search_s, "trees": float(len(trees))}
+        self.metrics = {**self.metrics, "search_time_s": search_s, "trees": float(len(trees))}
         self.examples = examples
         trajectories = [t for tree in trees for t in tree.trajectories()]
         return trajectories, stats
@@ -104,7 +102,11 @@ class AgentRMethod(Method):
         goods, pairs = [], []
         for tree in trees:
             g, p = data.select(
-                tree, alpha=alpha, beta=float(cfg.beta), max_good=cfg.max_good_per_tree, max_pairs=cfg.max_pairs_per_tree
+                tree,
+                alpha=alpha,
+                beta=float(cfg.beta),
+                max_good=cfg.max_good_per_tree,
+                max_pairs=cfg.max_pairs_per_tree,
             )
             goods += [(tree, path) for path in g]
             pairs += p
@@ -129,7 +131,7 @@ class AgentRMethod(Method):
             "good": float(len(goods)),
             "revision": float(len(pairs)),
             "too_long": float(too_long),
-            "judge_s": judge_s,
+            "judge_time_s": judge_s,
             **{f"verdict_{v}": float(verdicts.count(v)) for v in ("good", "bad", "uncertain")},
             "verdict_unparsed": float(verdicts.count(None)),
         }
@@ -182,7 +184,9 @@ class AgentRObjective:
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
         grad_clip = method.context.cfg.optim.grad_clip
-        self.sft = SFTConfig(batch_examples=cfg.batch_examples, micro_batch_tokens=cfg.micro_batch_tokens, grad_clip=grad_clip)
+        self.sft = SFTConfig(
+            batch_examples=cfg.batch_examples, micro_batch_tokens=cfg.micro_batch_tokens, grad_clip=grad_clip
+        )
 
     def samples(self, batch, advantages: np.ndarray, methods) -> list:
         return list(self.method.examples)
@@ -202,8 +206,6 @@ class AgentRObjective:
             "loss_last": records[-1]["loss"],
             "trained_tokens": float(sum(sum(len(e.ids) for e in samples) for _ in records)),
             "loss_tokens": float(tokens),
-            "sft_tokens_per_s": sum(r["tokens_per_s"] * r["time_s"] for r in records)
-            / max(sum(r["time_s"] for r in records), 1e-9),
             "peak_rss_mb": peak_rss_mb(),
         }
 
