@@ -1,0 +1,158 @@
+"""Agent-R's Table 2 on this machine: good-trajectory SFT, direct revision and Agent-R from
+ONE shared warm start (Yuan et al., 2025, arXiv 2501.11425, Tables 2-3, Figure 4).
+
+Arms (every one the recipe ``agent_r_<env>`` with the same iterations, trees and panel)::
+
+    Warm start       the shared SFT checkpoint, evaluated once (the start of every arm)
+    Good only        agent_r.max_pairs_per_tree=0 (self-generated good trajectories only)
+    Direct revision  agent_r.judge=false (t' = the bad path's last step)
+    Agent-R          the recipe as shipped (the actor judges; t' = its first Bad step)
+
+Protocol: one SFT checkpoint from the environment's expert on TRAINING tasks
+(``roleagent sft --expert``; or ``--init-from``), every run starts from it with fresh
+adapters, and is evaluated greedily on the recipe's panel at the end; the panel is never
+trained on. Per run it also reads the final evaluation's rollouts for the paper's loop
+statistic (Figure 4: the most back-to-back repetitions of an action sequence of length 1,
+2, 3, averaged over panel episodes; ``roleagent.algos.agent_r.loop_count``) and the
+recovery statistics: how many panel episodes wrote the revision signal ("wait" after a
+revision thought) and how many of those still succeeded.
+
+Output (``--out``): ``results.json`` and ``table.md`` (mean ± sample std over seeds).
+
+    python benchmarks/bench_agent_r.py --env textcraft [--seeds 0 1 2] [--jobs 2]
+        [--init-from DIR | --expert-tasks 48] [--set key=value ...] [--summarize]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from bench_learning import mean_std, run_cli, slug, warm_start
+
+from roleagent.algos.agent_r import loop_count
+from roleagent.methods.agent_r.data import REVISION_ACTION
+
+ARMS = {
+    "Good only": ["agent_r.max_pairs_per_tree=0"],
+    "Direct revision": ["agent_r.judge=false"],
+    "Agent-R": [],
+}
+
+
+def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
+    run_dir = out / f"{slug(arm)}_seed{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sets = [*overrides, *ARMS[arm], f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", f"threads={threads}"]
+    started = time.perf_counter()
+    try:
+        run_cli(["train", recipe, "--no-resume", *[x for s in sets for x in ("--set", s)]], run_dir / "train.log")
+    except RuntimeError as error:
+        print(error, flush=True)
+    result = read_run(run_dir, arm, seed, minutes=(time.perf_counter() - started) / 60)
+    if result is not None:
+        print(f"{arm} seed {seed}: {result['success']:.1f}% ({result['minutes']:.1f} min)", flush=True)
+    return result
+
+
+def read_run(run_dir: Path, arm: str, seed: int, minutes: float = float("nan"), label: str = "after") -> dict | None:
+    """Final panel success (%), the loop and recovery statistics, and the data counts."""
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] if run_dir.exists() else []
+    final = next((r for r in records if r.get("eval") == label), None)
+    rollouts = run_dir / "rollouts" / f"eval_{label}.jsonl"
+    if final is None or not rollouts.exists():
+        return None
+    episodes = [json.loads(line) for line in rollouts.read_text().splitlines() if line.strip()]
+    actions = [[s.get("action") or "(invalid)" for s in e["steps"]] for e in episodes]
+    revised = [e for e, a in zip(episodes, actions) if REVISION_ACTION in a]
+    iterations = [r for r in records if "iteration" in r]
+    return {
+        "arm": arm,
+        "seed": seed,
+        "minutes": minutes,
+        "success": 100 * final["eval/success"],
+        "loops": {n: float(np.mean([loop_count(a, n) for a in actions])) for n in (1, 2, 3)},
+        "revised": len(revised),
+        "revised_success": sum(bool(e.get("success")) for e in revised),
+        "episodes": len(episodes),
+        "examples": [r.get("update/examples", 0.0) for r in iterations],
+        "revisions": [r.get("agent_r/revision", 0.0) for r in iterations],
+        "goods": [r.get("agent_r/good", 0.0) for r in iterations],
+    }
+
+
+def table(results: list[dict], start: dict | None, env: str) -> str:
+    lines = [
+        f"| method ({env}) | success % | loop count, length 1 / 2 / 3 | revised episodes (succeeded) | "
+        "good / revision examples per iteration | runs | min/run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    if start is not None:
+        loops = " / ".join(f"{start['loops'][n]:.2f}" for n in (1, 2, 3))
+        lines.append(f"| Warm start | {start['success']:.1f} | {loops} | - | - | 1 | - |")
+    for arm in ARMS:
+        rows = [r for r in results if r["arm"] == arm]
+        if not rows:
+            continue
+        loops = " / ".join(mean_std([r["loops"][n] for r in rows]).strip() for n in (1, 2, 3))
+        revised = f"{sum(r['revised'] for r in rows)} of {sum(r['episodes'] for r in rows)}"
+        revised += f" ({sum(r['revised_success'] for r in rows)})"
+        goods = np.mean([g for r in rows for g in r["goods"]]) if rows[0]["goods"] else 0.0
+        revisions = np.mean([v for r in rows for v in r["revisions"]]) if rows[0]["revisions"] else 0.0
+        minutes = [r["minutes"] for r in rows if np.isfinite(r["minutes"])]
+        lines.append(
+            f"| {arm} | {mean_std([r['success'] for r in rows]).strip()} | {loops} | {revised} | "
+            f"{goods:.1f} / {revisions:.1f} | {len(rows)} | {np.mean(minutes) if minutes else float('nan'):.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="textcraft", choices=["textcraft", "scienceworld"])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (each then uses 1 thread)")
+    parser.add_argument("--init-from", help="an SFT checkpoint every run starts from (else one is built)")
+    parser.add_argument("--expert-tasks", type=int, default=48, help="training tasks for the built warm start")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--set", action="append", default=[], help="override applied to every run")
+    parser.add_argument("--summarize", action="store_true", help="only tabulate the runs already in --out")
+    args = parser.parse_args()
+    recipe = f"agent_r_{args.env}"
+    out = Path(args.out or f"runs/bench_agent_r_{args.env}")
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.summarize:
+        init = args.init_from or str(warm_start(recipe=recipe, overrides=args.set, out=out, tasks=args.expert_tasks))
+        common = [*args.set, f"model.init_from={init}", "sft.enabled=false"]
+        start_dir = out / "warm_start_eval"
+        if read_run(start_dir, "Warm start", 0, label="before") is None:
+            command = ["eval", recipe, "--out", str(start_dir), "--label", "before"]
+            run_cli([*command, *[x for s in common for x in ("--set", s)]], out / "warm_start_eval.log")
+        threads = 1 if args.jobs > 1 else 0
+        jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(
+                pool.map(
+                    lambda job: train_one(
+                        recipe=recipe, arm=job[0], seed=job[1], overrides=common, out=out, threads=threads
+                    ),
+                    jobs,
+                )
+            )
+    results = [r for arm in ARMS for seed in args.seeds if (r := read_run(out / f"{slug(arm)}_seed{seed}", arm, seed))]
+    start = read_run(out / "warm_start_eval", "Warm start", 0, label="before")
+    (out / "results.json").write_text(json.dumps({"start": start, "runs": results}, indent=1))
+    text = table(results, start, args.env)
+    (out / "table.md").write_text(text)
+    print(text)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
