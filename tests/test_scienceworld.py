@@ -3,6 +3,8 @@ simulator (slow: one JVM per test module, plus worker processes for the pool tes
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -221,6 +223,22 @@ def test_close_stops_the_jvm():
     env.close()
     assert not _alive(pid) and env.jvm_rss_mb() == 0.0
     env.close()  # twice is fine
+
+
+@pytest.mark.slow
+def test_a_dead_jvm_fails_the_step_and_the_next_reset_starts_a_new_one():
+    pytest.importorskip("scienceworld")
+    env = ScienceWorldEnv()
+    task = env.tasks("test")[0]
+    env.reset(task, seed=0)
+    pid = env.jvm_pid()
+    os.kill(pid, signal.SIGKILL)
+    env._sim._gateway.java_process.wait(timeout=10)
+    with pytest.raises(Exception):  # noqa: B017 - py4j's error: the worker makes it step_failed
+        env._sim.step("look around")
+    observation, _ = env.reset(task, seed=0)
+    assert observation.startswith("This room is called") and env.jvm_pid() not in (0, pid)
+    env.close()
 
 
 @pytest.mark.slow

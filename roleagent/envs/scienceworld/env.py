@@ -111,7 +111,11 @@ class ScienceWorldEnv(Environment):
 
     @property
     def simulator(self):
-        """The running ``scienceworld.ScienceWorldEnv`` (its JVM started on first use)."""
+        """The running ``scienceworld.ScienceWorldEnv`` (its JVM started on first use, and
+        again after it died: the next reset then works)."""
+        if self._sim is not None and jvm.java_process(self._sim).poll() is not None:
+            jvm.shutdown(self._sim)
+            self._sim = None
         if self._sim is None:
             self._sim = jvm.launch(self.jvm_options)
         return self._sim

@@ -11,6 +11,7 @@ start (set only while the process is launched, then restored).
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from collections.abc import Sequence
@@ -27,6 +28,11 @@ def launch(jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS):
     episodes, as for every roleagent environment."""
     from scienceworld import ScienceWorldEnv
 
+    # py4j logs every broken connection with a traceback, from its callback-server threads
+    # too. Formatting tracebacks in two threads at once corrupted CPython 3.11.7's shared
+    # AST state here (every later ``ast.parse`` raised "AST constructor recursion depth
+    # mismatch"). Failures reach the caller as exceptions anyway.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     previous = os.environ.get("JAVA_TOOL_OPTIONS")
     if jvm_options:
         os.environ["JAVA_TOOL_OPTIONS"] = " ".join(jvm_options)
@@ -49,8 +55,11 @@ def shutdown(sim, timeout: float = 10.0) -> None:
     ``timeout`` seconds. Safe to call on a JVM that already died."""
     process = java_process(sim)
     try:
-        sim.close()  # gateway shutdown + a newline on the JVM's stdin (py4j's exit signal)
-    except Exception:  # noqa: BLE001 - a dead JVM cannot be closed politely: kill below
+        if process.poll() is None:
+            sim.close()  # gateway shutdown + a newline on the JVM's stdin (py4j's exit signal)
+        else:  # a dead JVM: close the sockets and the callback server without calling it
+            sim._gateway.close(keep_callback_server=False)
+    except Exception:  # noqa: BLE001 - a JVM that cannot be closed politely is killed below
         pass
     try:
         process.wait(timeout=timeout)
