@@ -235,7 +235,7 @@ def test_a_dead_jvm_fails_the_step_and_the_next_reset_starts_a_new_one():
     os.kill(pid, signal.SIGKILL)
     env._sim._gateway.java_process.wait(timeout=10)
     with pytest.raises(Exception):  # noqa: B017 - py4j's error: the worker makes it step_failed
-        env._sim.step("look around")
+        env.step("look around")
     observation, _ = env.reset(task, seed=0)
     assert observation.startswith("This room is called") and env.jvm_pid() not in (0, pid)
     env.close()

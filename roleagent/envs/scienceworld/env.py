@@ -135,8 +135,12 @@ class ScienceWorldEnv(Environment):
         return observation, {"instruction": f"{info['taskDesc']}\n\nAvailable actions: {templates}"}
 
     def step(self, action: str) -> StepResult:
+        if self._sim is None or self._task is None:
+            raise RuntimeError("ScienceWorldEnv.step before reset")
         action = action.strip()
-        observation, _, completed, info = self.simulator.step(action)
+        # self._sim, not self.simulator: a JVM that died mid-episode fails this step (the
+        # worker's step_failed ends the episode); the next reset starts a new one.
+        observation, _, completed, info = self._sim.step(action)
         self._actions.append(action)
         score = int(info["score"])
         reward = (max(score, 0) - self._score) / 100.0
