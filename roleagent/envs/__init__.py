@@ -46,6 +46,15 @@ register_env(
         description="BFCL v3 multi-turn tool use with the official checkers",
     )
 )
+register_env(
+    EnvSpec(
+        name="scienceworld",
+        factory="roleagent.envs.scienceworld.env:ScienceWorldEnv",
+        requires=("scienceworld",),
+        extra="scienceworld",
+        description="ScienceWorld: 30 science task types on the real simulator (a JVM per worker)",
+    )
+)
 
 __all__ = [
     "EnvSpec",
