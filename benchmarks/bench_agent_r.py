@@ -1,12 +1,12 @@
 """Agent-R's Table 2 on this machine: good-trajectory SFT, direct revision and Agent-R from
 ONE shared warm start (Yuan et al., 2025, arXiv 2501.11425, Tables 2-3, Figure 4).
 
-Arms (every one the recipe ``agent_r_<env>`` with the same iterations, trees and panel)::
+Arms (each a shipped recipe; the same iterations, trees and panel)::
 
     Warm start       the shared SFT checkpoint, evaluated once (the start of every arm)
-    Good only        agent_r.max_pairs_per_tree=0 (self-generated good trajectories only)
-    Direct revision  agent_r.judge=false (t' = the bad path's last step)
-    Agent-R          the recipe as shipped (the actor judges; t' = its first Bad step)
+    Good only        agent_r_<env>_good_only: self-generated good trajectories only
+    Direct revision  agent_r_<env>_direct: no judge, t' = the bad path's last step
+    Agent-R          agent_r_<env>: the actor judges; t' = its first Bad step
 
 Protocol: one SFT checkpoint from the environment's expert on TRAINING tasks
 (``roleagent sft --expert``; or ``--init-from``), every run starts from it with fresh
@@ -38,20 +38,19 @@ from bench_learning import mean_std, run_cli, slug, warm_start
 from roleagent.algos.agent_r import loop_count
 from roleagent.methods.agent_r.data import REVISION_ACTION
 
-ARMS = {
-    "Good only": ["agent_r.max_pairs_per_tree=0"],
-    "Direct revision": ["agent_r.judge=false"],
-    "Agent-R": [],
-}
+ARMS = {"Good only": "_good_only", "Direct revision": "_direct", "Agent-R": ""}  # recipe suffixes
 
 
 def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
     run_dir = out / f"{slug(arm)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*overrides, *ARMS[arm], f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", f"threads={threads}"]
+    sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", f"threads={threads}"]
     started = time.perf_counter()
     try:
-        run_cli(["train", recipe, "--no-resume", *[x for s in sets for x in ("--set", s)]], run_dir / "train.log")
+        run_cli(
+            ["train", recipe + ARMS[arm], "--no-resume", *[x for s in sets for x in ("--set", s)]],
+            run_dir / "train.log",
+        )
     except RuntimeError as error:
         print(error, flush=True)
     result = read_run(run_dir, arm, seed, minutes=(time.perf_counter() - started) / 60)

