@@ -305,3 +305,21 @@ def test_teacher_is_refused(scripted_engine):
             search_trees(
                 scripted_engine(None), pool, [], RolloutSettings(max_steps=2, teacher="expert"), MCTSSettings(), None
             )
+
+
+@pytest.mark.slow
+def test_search_on_scienceworld_replays_deterministically(tiny_policy):
+    """Trees on the real simulator: constrained to its valid actions, every candidate is
+    stepped, and every expansion's replay of its node's path must reach the stored
+    observations again (a mismatch would mark the tree)."""
+    pytest.importorskip("scienceworld")
+    from roleagent.engine.hf import HFEngine
+
+    settings = RolloutSettings(max_steps=4, action_format="action", max_new_tokens=12, constrain_actions=True)
+    mcts = MCTSSettings(iterations=2, max_depth=3, candidates=2)
+    with EnvPool("scienceworld", {"max_steps": 4}, slots=2, processes=True) as pool:
+        task = pool.meta.tasks("train")[0]
+        (tree,), _ = search_trees(HFEngine(tiny_policy), pool, [(task, 0)], settings, mcts, random.Random(0))
+    _check_trees([tree], mcts)
+    assert max(node.depth for node in tree.nodes) >= 2  # at least one node was reached by replay
+    assert all(node.valid for node in tree.nodes[1:])
