@@ -90,7 +90,8 @@ class AgentRMethod(Method):
         save_trees(trees, out / "trees")
         search_s = time.perf_counter() - started
         examples = self._build(trees, out, rng)
-        self.metrics = {**self.metrics, "search_time_s": search_s, "trees": float(len(trees))}
+        errors = float(sum(tree.error is not None for tree in trees))  # replay mismatches (see mcts)
+        self.metrics = {**self.metrics, "search_time_s": search_s, "trees": float(len(trees)), "tree_errors": errors}
         self.examples = examples
         trajectories = [t for tree in trees for t in tree.trajectories()]
         return trajectories, stats
