@@ -45,6 +45,7 @@ def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Pa
     run_dir = out / f"{slug(arm)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", f"threads={threads}"]
+    sets.append("eval.at_start=false")  # the start is the shared warm-start evaluation
     started = time.perf_counter()
     try:
         run_cli(

@@ -179,3 +179,27 @@ def test_agent_r_config_checks(override, message):
     ]
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         load_config(None, base + [override])
+
+
+def test_revision_mask_end_to_end_on_tokens(tiny_policy):
+    """Encoded with a real tokenizer and chat template, the loss mask of a revision example
+    covers exactly the tokens of the revision thought and the good turns."""
+    import random
+
+    from roleagent.engine.hf import HFEngine
+    from roleagent.sft.data import encode_example
+
+    engine = HFEngine(tiny_policy)
+    tree = FakeTree()
+    _, pairs = data.select(tree, alpha=0.5, beta=0.2, max_good=2, max_pairs=1)
+    pairs[0].verdicts = ["good", "bad"]
+    example = data.revision_example(pairs[0], "think_action", random.Random(0))
+    encoded = encode_example(engine, example)
+    trained = [i for i, m in zip(encoded.ids, encoded.loss_mask) if m]
+    expected = [m["content"] for m in example.messages if m.get("loss")]
+    tokenizer = engine.tokenizer
+    assert trained == [t for text in expected for t in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    untrained_text = tokenizer.decode([i for i, m in zip(encoded.ids, encoded.loss_mask) if not m])
+    for m in example.messages:
+        if not m.get("loss"):
+            assert m["content"] in untrained_text  # bad turns and observations are context only
