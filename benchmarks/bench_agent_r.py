@@ -54,14 +54,16 @@ def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Pa
         )
     except RuntimeError as error:
         print(error, flush=True)
-    result = read_run(run_dir, arm, seed, minutes=(time.perf_counter() - started) / 60)
+    (run_dir / "bench_minutes.txt").write_text(f"{(time.perf_counter() - started) / 60:.2f}\n")
+    result = read_run(run_dir, arm, seed)
     if result is not None:
         print(f"{arm} seed {seed}: {result['success']:.1f}% ({result['minutes']:.1f} min)", flush=True)
     return result
 
 
-def read_run(run_dir: Path, arm: str, seed: int, minutes: float = float("nan"), label: str = "after") -> dict | None:
-    """Final panel success (%), the loop and recovery statistics, and the data counts."""
+def read_run(run_dir: Path, arm: str, seed: int, label: str = "after") -> dict | None:
+    """Final panel success (%), the loop and recovery statistics, the data counts and the
+    run's wall minutes (``bench_minutes.txt``, written by :func:`train_one`)."""
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] if run_dir.exists() else []
     final = next((r for r in records if r.get("eval") == label), None)
     rollouts = run_dir / "rollouts" / f"eval_{label}.jsonl"
@@ -71,6 +73,8 @@ def read_run(run_dir: Path, arm: str, seed: int, minutes: float = float("nan"), 
     actions = [[s.get("action") or "(invalid)" for s in e["steps"]] for e in episodes]
     revised = [e for e, a in zip(episodes, actions) if REVISION_ACTION in a]
     iterations = [r for r in records if "iteration" in r]
+    timing = run_dir / "bench_minutes.txt"
+    minutes = float(timing.read_text()) if timing.exists() else float("nan")
     return {
         "arm": arm,
         "seed": seed,
