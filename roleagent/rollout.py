@@ -254,9 +254,8 @@ def _actor_prompt(
     chat = {} if chat is None else chat
     chat["response_prefix"] = prefix
     if settings.context == "full" and e.transcript is None and e.last_turn is not None:
-        content = actor.observation_message(e.observation, e.admissible, settings.action_format)
-        if e.trajectory.steps and not e.trajectory.steps[-1].valid:
-            content = "Invalid action format.\n\n" + content
+        after_invalid = bool(e.trajectory.steps) and not e.trajectory.steps[-1].valid
+        content = actor.turn_message(e.observation, e.admissible, settings.action_format, after_invalid)
         chat.update(mode="extend", messages=[{"role": "user", "content": content}])
         ids = engine.extend_chat(*e.last_turn, chat["messages"], response_prefix=prefix)
         if ids is not None:

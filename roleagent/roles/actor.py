@@ -183,6 +183,17 @@ def observation_message(
     return "\n\n".join(parts)
 
 
+def turn_message(observation: str, admissible: list[str] | None, action_format: str, after_invalid: bool) -> str:
+    """The user message of a later turn in ``rollout.context=full``: the observation
+    message, after "Invalid action format." when the previous output had no action.
+
+    >>> turn_message("You see a key.", None, "action", True).splitlines()[:3]
+    ['Invalid action format.', '', 'Current observation: You see a key.']
+    """
+    content = observation_message(observation, admissible, action_format)
+    return "Invalid action format.\n\n" + content if after_invalid else content
+
+
 #: what a tool result trimmed from the prompt is replaced with
 TRIMMED_TOOL_RESULT = "[older tool result omitted to fit the context]"
 

@@ -29,7 +29,6 @@ from roleagent.algos.agent_r import (
     REVISION_THOUGHTS,
     good_messages,
     revision_pairs,
-    shared_prefix,
     splice_revision,
     transition_point,
 )
@@ -55,10 +54,10 @@ class Pair:
 
 
 def user_message(node, action_format: str) -> str:
-    """The user message that followed ``node``'s action in a ``context=full`` rollout: the
-    recorded one when the rollout went on, else built as ``roleagent.rollout`` builds it."""
-    content = actor.observation_message(node.observation, node.admissible, action_format)
-    return ("Invalid action format.\n\n" + content) if not node.valid else content
+    """The user message that follows ``node``'s action in a ``context=full`` rollout, built
+    as the rollout builds it (``actor.turn_message``); for a node whose successor was
+    generated, :func:`path_turns` takes the recorded message instead."""
+    return actor.turn_message(node.observation, node.admissible, action_format, after_invalid=not node.valid)
 
 
 def path_turns(tree, path: list[int], action_format: str) -> list[tuple[str, str]]:
@@ -113,7 +112,7 @@ def revision_example(pair: Pair, action_format: str, rng: random.Random) -> Chat
     """The revision trajectory of a judged pair (or a direct revision without verdicts)."""
     bad = path_turns(pair.tree, pair.bad, action_format)
     good = path_turns(pair.tree, pair.good, action_format)
-    start = shared_prefix(bad, good)
+    start = pair.start  # siblings differ in text, so node and text prefixes coincide
     verdicts = pair.verdicts or [None] * (len(bad) - start)
     transition = transition_point(verdicts, start=start)
     thought = rng.choice(REVISION_THOUGHTS)
