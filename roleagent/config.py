@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from roleagent.critic_config import CriticConfig, check_critic
 from roleagent.fields import ConfigError, _f
 from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
@@ -115,6 +116,7 @@ class AlgoConfig:
         "(roleagent.trainer.advantages.ESTIMATORS), an entry point of roleagent.estimators, or module:function",
     )
     gamma: float = _f(0.95, "discount for step returns (GiGPO, Role-Agent)")
+    lam: float = _f(0.95, "GAE lambda of algo.name=ppo (1: discounted return minus V; 0: one-step TD error)")
     step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
     alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
     norm: str = _f("mean_std_norm", "mean_std_norm | mean_norm")
@@ -199,6 +201,7 @@ class TrainConfig:
     seal: SEALConfig = field(default_factory=SEALConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     agent_r: AgentRConfig = field(default_factory=AgentRConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
@@ -382,6 +385,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"model.engine: {error}") from None
 
     check_estimator(cfg.algo.name)
+    check_critic(cfg)
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
     if r.group_size < 2 and all(cls.uses_advantages for cls in method_classes(cfg)):
         raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")

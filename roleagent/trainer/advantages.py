@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from roleagent import algos
+from roleagent.algos.gae import gae, whiten
 from roleagent.config import AlgoConfig
 from roleagent.fields import ConfigError
 from roleagent.plugins import PluginError, load_object, resolve
@@ -29,6 +30,7 @@ ESTIMATORS: dict[str, str] = {
     "grpo": "roleagent.trainer.advantages:grpo",
     "rloo": "roleagent.trainer.advantages:rloo",
     "gigpo": "roleagent.trainer.advantages:gigpo",
+    "ppo": "roleagent.trainer.advantages:ppo",
     "role_agent": "roleagent.methods.role_agent.wia:role_agent_estimator",
 }
 
@@ -43,6 +45,7 @@ class StepBatch:
     rewards: np.ndarray  # (n,) raw environment rewards (no invalid-action penalty)
     penalties: np.ndarray  # (n,) invalid-action penalty of each step (0 when valid)
     states: list  # (n,) state keys
+    values: np.ndarray | None = None  # (n,) the critic's V(s) of each step (critic.enabled), else None
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory]) -> StepBatch:
@@ -141,6 +144,23 @@ def gigpo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
         **_placed(batch, cfg),
     )
     return Advantages(a_episode + cfg.step_weight * a_step, {"episode": a_episode, "step": a_step}, groups)
+
+
+def ppo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
+    """PPO with a critic: GAE over each trajectory's steps (Schulman et al., 2016, arXiv
+    1506.02438) from the critic's values ``batch.values``, with ``algo.gamma`` and
+    ``algo.lam``, then normalised over the batch (``algo.norm``: mean_std_norm whitens as
+    verl's GAE does, mean_norm only centres). The invalid-action penalty is placed as for
+    the other estimators: ``"reward"`` folds it into the step reward before GAE, ``"step"``
+    (verl-agent's) subtracts it from the step's own advantage and value target afterwards.
+    Parts: ``gae`` (before normalisation), ``returns`` (the critic's targets), ``value``."""
+    if batch.values is None:
+        raise ValueError("algo.name=ppo needs the critic's values of the batch: set critic.enabled=true")
+    folded, own = algos.split_penalties(batch.penalties, len(batch), placement=cfg.penalty_placement)
+    raw, returns = gae(batch.traj_ids, batch.rewards - folded, batch.values, gamma=cfg.gamma, lam=cfg.lam)
+    raw, returns = raw - own, returns - own
+    value = whiten(raw, std=cfg.norm == "mean_std_norm")
+    return Advantages(value, {"gae": raw, "returns": returns, "value": np.asarray(batch.values, dtype=np.float64)})
 
 
 def write_records(batch: StepBatch, advantages: Advantages) -> None:

@@ -6,7 +6,7 @@ advantage estimator)::
     tasks   = task_source.sample(N, rng)                  # uniform, or a method's
     trajs   = collector.collect(tasks × G, same env seed per task)   # + rollout extensions
     scorer.score(trajs)                                   # environment reward by default
-    A       = estimator(algo.name)(StepBatch(trajs))      # roleagent.trainer.advantages
+    A       = estimator(algo.name)(StepBatch(trajs))      # roleagent.trainer.advantages; ppo: with critic V(s)
     A       = method.adjust_advantages(batch, A)          # for each enabled method
     objective.update(objective.samples(batch, A))         # PPO-clip by default
     engine.weights_changed()                              # stored prefix KV is stale
@@ -53,6 +53,7 @@ from roleagent.trainer.checkpoint import (
     mark_finished,
     save_checkpoint,
 )
+from roleagent.trainer.critic import build_critic
 from roleagent.trainer.metrics import MetricsWriter, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,
@@ -122,15 +123,8 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.finished = False  # the run's final evaluation is already on disk
         self._metrics_position: dict | None = None
-        if (
-            resume
-            and (
-                loaded := find_checkpoint(
-                    self.run_dir, lora=self.policy.lora, device=self.policy.device, warn=self._warn
-                )
-            )
-            is not None
-        ):
+        lora, device = self.policy.lora, self.policy.device
+        if resume and (loaded := find_checkpoint(self.run_dir, lora=lora, device=device, warn=self._warn)):
             self._restore(loaded)
 
     # ------------------------------------------------------------ components ---------
@@ -156,8 +150,9 @@ class Trainer:
         self.reset_objective()
 
     def reset_objective(self) -> None:
-        """A fresh objective stage (optimizer, KL reference) for the policy's current weights."""
+        """A fresh objective stage (optimizer, KL reference) and critic for the policy's current weights."""
         cfg = self.cfg
+        self.critic = build_critic(cfg, self.policy, self.init_from)
         self.objective = self._stage(
             "objective",
             lambda: PPOObjective(
@@ -257,6 +252,7 @@ class Trainer:
         # Advantages (pure functions over flattened steps), then the methods' adjustments -
         t0 = time.perf_counter()
         batch = StepBatch.from_trajectories(trajectories)
+        batch.values = self.critic.values(batch) if self.critic else None
         estimate = compute_advantages(batch, cfg.algo)
         advantages = estimate.value
         for method in self.methods:
@@ -266,8 +262,9 @@ class Trainer:
         samples = self.objective.samples(batch, advantages, self.methods)
         advantage_s = time.perf_counter() - t0
 
-        # Policy update ---------------------------------------------------------------------
+        # Critic and policy update ------------------------------------------------------------
         t0 = time.perf_counter()
+        critic_metrics = self.critic.update(batch, estimate) if self.critic else {}
         update = self.objective.update(samples, self.shuffle_rng)
         self.engine.weights_changed()  # stored prefix KV was computed with the old weights
         update_s = time.perf_counter() - t0
@@ -289,6 +286,7 @@ class Trainer:
             "train/zero_variance_groups": zero_variance_fraction(batch),
             "train/advantage_abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
             **{f"update/{k}": v for k, v in update.items()},
+            **critic_metrics,
             **method_metrics,
             "env_restarts": self.pool.restarts,
             "time/rollout_s": rollout_s,
@@ -341,6 +339,7 @@ class Trainer:
             "evals": [(e.label, e.table, e.split) for e in self.evals],
             "metrics": self.metrics.position(),
             "init_from": self.init_from,
+            "critic": self.critic.state_dict() if self.critic else None,
         }
         return save_checkpoint(
             self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state
@@ -354,6 +353,8 @@ class Trainer:
                 f"from {self.init_from!r}; resume with the same model.init_from (and sft.enabled), or --no-resume"
             )
         apply_checkpoint(loaded, policy=self.policy, optimizer=self.objective.optimizer)
+        if self.critic is not None:
+            self.critic.load_state_dict(state.get("critic"))
         self.engine.weights_changed()
         self.rng.bit_generator.state = state["rng_np"]
         self.shuffle_rng.setstate(state["rng_shuffle"])
