@@ -41,3 +41,7 @@ def check_critic(cfg: Any) -> None:
     ``roleagent.config_rules.FIELD_RULES``); raises ConfigError, never changes ``cfg``."""
     if cfg.algo.name == "ppo" and not cfg.critic.enabled:
         raise ConfigError("algo.name=ppo estimates advantages with a critic: set critic.enabled=true")
+    if cfg.critic.enabled and cfg.algo.name in ("grpo", "rloo", "gigpo", "role_agent"):
+        raise ConfigError(
+            f"critic.enabled: algo.name={cfg.algo.name} gives the critic no value targets; use algo.name=ppo"
+        )

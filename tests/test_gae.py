@@ -172,6 +172,8 @@ def test_critic_config_checks():
     ]:
         with pytest.raises(ConfigError, match=key):
             load_config(None, ["algo.name=ppo", "critic.enabled=true", "model.name=tiny", bad])
+    with pytest.raises(ConfigError, match="no value targets"):
+        load_config(None, ["critic.enabled=true", "model.name=tiny", "algo.name=grpo", "wia.enabled=false"])
     with pytest.raises(ConfigError, match="unknown config key 'critic.lamda'"):
         load_config(None, ["critic.lamda=0.9"])
     ok = ["algo.name=ppo", "critic.enabled=true", "critic.value_clip=null", "model.name=tiny", "wia.enabled=false"]

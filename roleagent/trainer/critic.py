@@ -113,6 +113,8 @@ class Critic:
         """Train on the clipped value loss toward ``estimate.parts["returns"]`` around the
         old values ``batch.values``; metrics ``critic/...`` (explained variance of the old
         values, mean value loss and clip fraction over the optimizer steps, grad norm)."""
+        if "returns" not in estimate.parts:
+            raise ValueError("the critic trains on the estimator's value targets (parts['returns']): use algo.name=ppo")
         returns = np.asarray(estimate.parts["returns"], dtype=np.float64)
         old = np.asarray(batch.values, dtype=np.float64)
         steps = batch.steps
