@@ -24,6 +24,7 @@ import yaml
 
 from roleagent.fields import ConfigError, _f
 from roleagent.methods.agent_r.config import AgentRConfig
+from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.plugins import did_you_mean
@@ -199,6 +200,7 @@ class TrainConfig:
     seal: SEALConfig = field(default_factory=SEALConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     agent_r: AgentRConfig = field(default_factory=AgentRConfig)
+    asl: ASLConfig = field(default_factory=ASLConfig)
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
