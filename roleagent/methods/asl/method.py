@@ -130,7 +130,6 @@ class ASLMethod(Method):
     # -- the three rewards -----------------------------------------------------------------
     def _judge_attempts(self, trajectories: list[Trajectory]) -> list[dict]:
         """The GRM's verdict on each policy episode's final answer (no answer: 0, no query)."""
-        cfg = self.config
         answers = [final_answer(t.steps[-1].action_text) if t.steps else None for t in trajectories]
         asked = [i for i, a in enumerate(answers) if a is not None]
         pairs = [(trajectories[i].task.metadata["question"], answers[i]) for i in asked]

@@ -68,21 +68,21 @@ def question_of(task: Task, env: Any) -> str:
 
 
 def verification_pairs(tasks: Sequence[Task], env: Any, n: int) -> list[dict]:
-    """Up to ``n`` questions with gold answers as verification records: the first gold
-    answer labelled correct (1), the next question's gold answer labelled wrong (0) —
-    skipped when the two normalise to the same text. The paper's verify set uses
-    GPT-4o-mini's wrong answers; no such model is here.
+    """Verification records from the first ``n`` questions with gold answers: the gold
+    answer labelled correct (1) and the next such question's gold answer labelled wrong
+    (0), skipped when the two normalise to the same text. The paper's verify set takes its
+    wrong answers from GPT-4o-mini; no such model is here.
 
-    Example: questions q0 (gold "Paris"), q1 ("Rome") with n = 2 → (q0, Paris, 1),
-    (q0, Rome, 0), (q1, Rome, 1), (q1, Paris, 0).
+    Example: questions q0 (gold "Paris"), q1 ("Rome"), q2 ("Oslo") with n = 2 →
+    (q0, Paris, 1), (q0, Rome, 0), (q1, Rome, 1), (q1, Oslo, 0).
     """
-    golden = [t for t in tasks if t.metadata.get("answers")][:n]
+    golden = [t for t in tasks if t.metadata.get("answers")]
     records = []
-    for index, task in enumerate(golden):
+    for index, task in enumerate(golden[:n]):
         question = question_of(task, env)
         right = str(task.metadata["answers"][0])
         wrong = str(golden[(index + 1) % len(golden)].metadata["answers"][0])
         records.append({"question": question, "response": right, "label": 1, "source": task.id})
-        if len(golden) > 1 and " ".join(wrong.lower().split()) != " ".join(right.lower().split()):
+        if " ".join(wrong.lower().split()) != " ".join(right.lower().split()):
             records.append({"question": question, "response": wrong, "label": 0, "source": task.id})
     return records
