@@ -194,3 +194,13 @@ def test_asl_resume_equals_uninterrupted(tmp_path, monkeypatch):
     assert files == sorted(p.relative_to(broken).as_posix() for p in (broken / "asl").rglob("*.jsonl"))
     for name in files:
         assert (whole / name).read_text() == (broken / name).read_text(), name
+
+
+def test_search_recipe_loads_with_a_qa_environment():
+    """The shipped recipe is valid once an environment is there (env ``search`` lands
+    separately; here the tiny QA environment stands in)."""
+    from roleagent.config import load_config
+
+    cfg = load_config("asl_search", ["env.name=tests.test_asl_train:TinyQAEnv"])
+    assert cfg.asl.enabled and (cfg.asl.checks, cfg.asl.accept) == (5, 0.8)
+    assert cfg.rollout.action_format == "raw" and not cfg.wia.enabled

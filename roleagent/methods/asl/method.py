@@ -35,7 +35,14 @@ from roleagent.fields import ConfigError
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.asl.files import RoundFiles
 from roleagent.methods.asl.prompts import PG_SYSTEM, final_answer, meta_prompt, parse_pair, role_chat
-from roleagent.methods.asl.roles import generate_turns, grm_chat, judge, verification_pairs
+from roleagent.methods.asl.roles import (
+    generate_turns,
+    grm_chat,
+    judge,
+    question_task,
+    role_task,
+    verification_pairs,
+)
 from roleagent.methods.base import Method
 from roleagent.rollout import RolloutStats, run_episodes
 from roleagent.trainer.stages import RolloutCollector
@@ -96,8 +103,8 @@ class ASLMethod(Method):
         if self.phase == "pm":
             return [question_task(record, env) for record in self.pm_pool]
         if self.phase == "pg":
-            return [_role_task(f"asl/pg/{r}/{i}", env, "pg", item) for i, item in enumerate(self.pg_pool)]
-        return [_role_task(f"asl/grm/{r}/{i}", env, "grm", record) for i, record in enumerate(self.grm_train)]
+            return [role_task(f"asl/pg/{r}/{i}", env, "pg", item) for i, item in enumerate(self.pg_pool)]
+        return [role_task(f"asl/grm/{r}/{i}", env, "grm", record) for i, record in enumerate(self.grm_train)]
 
     def collect(self, jobs, progress=None) -> tuple[list[Trajectory], RolloutStats]:
         ctx, cfg = self.context, self.config
@@ -165,8 +172,9 @@ class ASLMethod(Method):
             trajectory.extras["asl"] = {"role": "pm", **record, "env_success": env_success, "env_return": env_return}
             by_question.setdefault(trajectory.task.id, []).append(record["score"])
             agree.append(record["score"] == int(env_success))
+        questions = {r["id"]: r for r in self.pm_pool}
         for qid, scores in by_question.items():
-            parent = next(r for r in self.pm_pool if r["id"] == qid)
+            parent = questions[qid]
             flag = asl.follow_up(scores, self.config.followup_threshold)
             self.followups[qid] = {**_pair(parent), "flag": flag, "hops": parent["hops"], "parent": qid}
         scores = [r["score"] for r in judged]
@@ -366,27 +374,6 @@ class ASLMethod(Method):
         self.grm_pool, self.grm_train = list(state["grm_pool"]), list(state["grm_train"])
         self.followups, self.questions_made = dict(state["followups"]), int(state["questions_made"])
         self.files.restore(state["rows"])
-
-
-def question_task(record: dict, env: str) -> Task:
-    """A generated question as an environment task (the search environment's contract:
-    the question, ``metadata["answers"]`` and ``metadata["hops"]``)."""
-    return Task(
-        id=record["id"],
-        env=env,
-        payload={"question": record["question"]},
-        split="train",
-        metadata={
-            "question": record["question"],
-            "answers": [record["answer"]],
-            "hops": record["hops"],
-            "asl": {"round": record["round"], "parent": record["parent"]},
-        },
-    )
-
-
-def _role_task(task_id: str, env: str, role: str, record: dict) -> Task:
-    return Task(id=task_id, env=env, split=f"asl_{role}", metadata={"asl": dict(record)})
 
 
 def _pair(record: dict) -> dict:

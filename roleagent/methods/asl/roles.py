@@ -86,3 +86,26 @@ def verification_pairs(tasks: Sequence[Task], env: Any, n: int) -> list[dict]:
         if " ".join(wrong.lower().split()) != " ".join(right.lower().split()):
             records.append({"question": question, "response": wrong, "label": 0, "source": task.id})
     return records
+
+
+def question_task(record: dict, env: str) -> Task:
+    """A generated question as an environment task (the search environment's contract:
+    the question, ``metadata["answers"]`` and ``metadata["hops"]``)."""
+    return Task(
+        id=record["id"],
+        env=env,
+        payload={"question": record["question"]},
+        split="train",
+        metadata={
+            "question": record["question"],
+            "answers": [record["answer"]],
+            "hops": record["hops"],
+            "asl": {"round": record["round"], "parent": record["parent"]},
+        },
+    )
+
+
+def role_task(task_id: str, env: str, role: str, record: dict) -> Task:
+    """A prompt-generator or GRM task (split ``asl_pg`` / ``asl_grm``): the item in
+    ``metadata["asl"]``; these never reach an environment."""
+    return Task(id=task_id, env=env, split=f"asl_{role}", metadata={"asl": dict(record)})
