@@ -168,3 +168,42 @@ def test_asl_config_section():
         validate(load_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.phase_min_iterations=30"]))
     with pytest.raises(ConfigError):
         load_config(None, ["asl.no_such_key=1"])
+
+
+def _method(tmp_path, **settings):
+    from types import SimpleNamespace
+
+    from roleagent.methods.asl.config import ASLConfig
+    from roleagent.methods.asl.method import ASLMethod
+
+    config = ASLConfig(enabled=True, topics=["rivers", "music"], grm_eval_questions=0, **settings)
+    cfg = SimpleNamespace(seed=0, env=SimpleNamespace(name="qa", train_split="train", eval_split="eval"))
+    return ASLMethod(SimpleNamespace(run_dir=tmp_path, cfg=cfg), config)
+
+
+def test_phases_end_on_count_and_plateau_and_skip_empty_ones(tmp_path):
+    method = _method(tmp_path, pg_target_questions=2, phase_min_iterations=1, plateau_window=1, plateau_tolerance=0.0)
+    question = {"id": "asl/q000000", "question": "Q?", "answer": "A", "hops": 1, "round": 0, "parent": None}
+    method.pm_pool = [question]
+    method.metrics = {"reward": 0.3}
+    assert method.after_iteration([], 0) == {"pg_reward": 0.3, "round": 0.0, "phase": 0.0}
+    assert method.phase == "pg"  # 1 of 2 questions
+    method.pm_pool.append({**question, "id": "asl/q000001"})
+    method.grm_pool = [{"question": "Q?", "response": "A", "label": 1, "source": "asl/q000000"}] * 3  # one class
+    method.after_iteration([], 1)
+    assert method.phase == "pm" and method.phase_iterations == 0  # GRM phase skipped: nothing to balance
+    for reward, phase in ((0.2, "pm"), (0.5, "pm"), (0.5, "pg")):  # 0.5 − 0.5 ≤ 0: plateau
+        method.metrics = {"reward": reward}
+        method.after_iteration([], 2)
+        assert method.phase == phase
+    assert method.round == 1 and method.pg_pool == [{"topic": "rivers"}, {"topic": "music"}]  # no follow-ups
+    assert method.pm_pool == [] and method.grm_pool == []
+    assert (tmp_path / "asl" / "round_0000" / "followups.jsonl").read_text() == ""
+
+
+def test_phases_stop_at_their_limit(tmp_path):
+    method = _method(tmp_path, pg_target_questions=5, phase_min_iterations=1, phase_max_iterations=2)
+    for iteration in range(2):
+        method.metrics = {"reward": 0.0}
+        method.after_iteration([], iteration)
+    assert method.phase == "pg" and method.round == 1  # nothing kept in 2 iterations: the round ends
