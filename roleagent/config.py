@@ -25,6 +25,7 @@ import yaml
 from roleagent.critic_config import CriticConfig, check_critic
 from roleagent.fields import ConfigError, _f
 from roleagent.methods.agent_r.config import AgentRConfig
+from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.plugins import did_you_mean
@@ -202,6 +203,7 @@ class TrainConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     agent_r: AgentRConfig = field(default_factory=AgentRConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
+    asl: ASLConfig = field(default_factory=ASLConfig)
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "

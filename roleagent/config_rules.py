@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from roleagent.fields import ConfigError
+from roleagent.methods.asl.config import RULES as ASL_RULES
 
 Rule = tuple[Callable[[Any], bool], str]  # (accepts value, what a valid value is)
 
@@ -183,6 +184,7 @@ FIELD_RULES: dict[str, Rule] = {
     "agent_r.general_data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
     "agent_r.eta": within(0, 1, open_low=True),
 }
+FIELD_RULES.update(ASL_RULES)
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
 FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings"}  # methods: roleagent.methods.check_methods
 

@@ -26,6 +26,7 @@ METHODS: dict[str, str] = {
     "aiw": "roleagent.methods.role_agent.aiw.method:AgentInWorldMethod",
     "seal": "roleagent.methods.seal.method:SealMethod",
     "agent_r": "roleagent.methods.agent_r.method:AgentRMethod",
+    "asl": "roleagent.methods.asl.method:ASLMethod",
 }
 
 

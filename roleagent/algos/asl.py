@@ -1,0 +1,140 @@
+"""Agentic Self-Learning (Sun et al., 2025, "Towards Agentic Self-Learning LLMs in Search
+Environment", arXiv 2510.14253), the pure parts: the GRM's verdict, the prompt
+generator's entropy reward, the K/C acceptance filter, class balancing of the GRM's
+self-generated labels, the HARDER/EASIER follow-up and the reward plateau that ends a
+phase. No model, engine or trainer imports: every function is tested by hand.
+
+Verdict rule (:func:`parse_verdict`): the LAST ``conclusion:`` in the text decides (the
+authors' reward code also splits on the last "conclusion"); the first word after it,
+markdown and case aside, must be ``correct`` (1), ``wrong`` / ``incorrect`` / ``not correct``
+(0). Anything else after the last ``conclusion:`` — another word, the template's own
+``correct/wrong``, nothing — is no verdict (None), even if an earlier conclusion was
+clear. The authors' code tests substrings ("incorrect" before "correct"), so their
+"conclusion: the answer is not correct" scores 1; here it is None (not a verdict word
+first) and "conclusion: not correct" is 0.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Hashable, Sequence
+
+#: A "conclusion" heading with markdown around it and a colon (ASCII or full-width).
+_CONCLUSION = re.compile(r"conclusion[\s*_`'\"]*[:：]", re.IGNORECASE)
+#: The verdict right after it: markdown, then the word, then not a word character or "/".
+_VERDICT = re.compile(
+    r"[\s*_`'\"\[\(]*(not\s+correct|incorrect|correct|wrong)(?![\w/-])(?!\s*/)(?!\s+or\s)",
+    re.IGNORECASE,
+)
+_VALUES = {"correct": 1, "incorrect": 0, "wrong": 0}
+
+HARDER, EASIER = "HARDER", "EASIER"
+
+
+def parse_verdict(text: str) -> int | None:
+    """The GRM's verdict: 1 correct, 0 wrong (or incorrect / not correct), None when the
+    last ``conclusion:`` carries no verdict word (see the module's rule).
+
+    Examples: ``"conclusion: incorrect"`` → 0; ``"Conclusion: **correct**"`` → 1;
+    ``"**Conclusion:** Wrong."`` → 0; ``"conclusion: correct ... conclusion: wrong"`` → 0
+    (the last wins); ``"conclusion: correct/wrong"`` → None (the template echoed);
+    ``"The answer is correct."`` → None (no conclusion).
+    """
+    heads = list(_CONCLUSION.finditer(text))
+    if not heads:
+        return None
+    match = _VERDICT.match(text, heads[-1].end())
+    if match is None:
+        return None
+    word = " ".join(match.group(1).lower().split())
+    return 0 if word == "not correct" else _VALUES[word]
+
+
+def verdict_entropy(verdicts: Sequence[Hashable]) -> float:
+    """The prompt generator's reward (paper §3.3, Phase 1): the entropy, in nats, of the
+    empirical distribution of the GRM's verdicts over the M policy attempts,
+    ``H = −Σ_v p_v ln p_v`` with ``p_v`` the share of attempts with verdict ``v`` (None,
+    no verdict, is a value of its own).
+
+    Examples: ``[1, 0, 1, 0]`` → ln 2 = 0.693147; ``[1, 1, 1]`` → 0; ``[1, 0, None]`` →
+    ln 3 = 1.098612; ``[1, 1, 1, 0]`` → −(¾ ln ¾ + ¼ ln ¼) = 0.562335.
+    """
+    if not verdicts:
+        raise ValueError("verdict_entropy needs at least one verdict")
+    n = len(verdicts)
+    return float(-sum((c / n) * math.log(c / n) for c in Counter(verdicts).values()) + 0.0)
+
+
+def acceptance(verdicts: Sequence[int | None], threshold: float) -> tuple[float, bool]:
+    """The K/C filter on a generated (question, answer) pair (paper §3.3, Phase 1): the
+    GRM judges the pair K times; the mean verdict s̄ (no verdict counts 0) must reach
+    ``threshold`` C. Returns ``(s̄, kept)``. The paper writes s̄ > C; the issue and the
+    authors' default C = 0.8 with K = 5 ask for "≥ C of K checks", which is what is kept
+    here (s̄ ≥ C; 4 of 5 passes, where s̄ > C would need 5 of 5).
+
+    Examples (C = 0.8): ``[1, 1, 1, 1, 0]`` → (0.8, True); ``[1, 1, 1, 0, None]`` →
+    (0.6, False); ``[1, 1, 1, 1, 1]`` → (1.0, True).
+    """
+    if not verdicts:
+        raise ValueError("acceptance needs at least one verdict (K >= 1)")
+    mean = sum(v == 1 for v in verdicts) / len(verdicts)
+    return mean, mean >= threshold - 1e-12
+
+
+def follow_up(scores: Sequence[int | None], threshold: float = 0.5) -> str:
+    """The difficulty flag f of a solved question (paper §3.3, Phase 3): the mean GRM
+    score s̄ of the policy's attempts (no verdict counts 0); s̄ > 0.5 → HARDER (too easy),
+    else EASIER.
+
+    Examples: ``[1, 1, 0]`` → s̄ = 0.667 → HARDER; ``[1, 0]`` → s̄ = 0.5 → EASIER.
+    """
+    if not scores:
+        raise ValueError("follow_up needs at least one score")
+    return HARDER if sum(s == 1 for s in scores) / len(scores) > threshold else EASIER
+
+
+def follow_up_hops(hops: int, flag: str) -> int:
+    """The nominal hop count of a follow-up question: HARDER adds one reasoning hop,
+    EASIER removes one (never below 1). Examples: (2, HARDER) → 3; (1, EASIER) → 1."""
+    return hops + 1 if flag == HARDER else max(1, hops - 1)
+
+
+def balance_labels(labels: Sequence[int], rng: random.Random) -> list[int]:
+    """Indices of a class-balanced subset of the GRM's self-generated labels (paper §3.3,
+    Phase 2, "class-balanced"): every class is cut down, at random, to the size of the
+    smallest one; the indices come back sorted. With a single class there is nothing to
+    balance against: the answer is empty.
+
+    Example: labels ``[1, 1, 0, 1, 0]`` → 2 of the three 1s (indices 0, 1, 3) and both 0s
+    (2, 4), e.g. ``[0, 2, 3, 4]``; ``[1, 1]`` → ``[]``.
+    """
+    classes: dict[int, list[int]] = {}
+    for index, label in enumerate(labels):
+        classes.setdefault(label, []).append(index)
+    if len(classes) < 2:
+        return []
+    size = min(len(members) for members in classes.values())
+    picked = [i for label in sorted(classes) for i in rng.sample(classes[label], size)]
+    return sorted(picked)
+
+
+def plateaued(rewards: Sequence[float], window: int, tolerance: float) -> bool:
+    """A phase's training reward has converged (paper §3.4: "Phases 2 and 3 stop when their
+    training rewards converge"): the mean of the last ``window`` iterations' rewards
+    improves on the mean of the ``window`` before by at most ``tolerance``. Fewer than
+    ``2·window`` rewards: not yet.
+
+    Examples (window 2, tolerance 0.05): ``[0.1, 0.3, 0.5, 0.6]`` → 0.55 − 0.2 = 0.35 >
+    0.05 → False; ``[0.5, 0.6, 0.58, 0.6]`` → 0.59 − 0.55 = 0.04 → True; ``[0.5, 0.6, 0.6]``
+    → False (3 < 4 rewards).
+    """
+    if window < 1:
+        raise ValueError("plateau window must be >= 1")
+    if len(rewards) < 2 * window:
+        return False
+    last = sum(rewards[-window:]) / window
+    before = sum(rewards[-2 * window : -window]) / window
+    return last - before <= tolerance + 1e-12

@@ -1,0 +1,100 @@
+"""Config section ``asl`` of Agentic Self-Learning (Sun et al., 2025, arXiv 2510.14253).
+Per-field ranges: :data:`RULES` (registered in ``roleagent.config_rules``); cross-field
+checks: :meth:`ASLMethod.check_config`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roleagent.fields import _f
+
+#: Fifty broad topics for the iteration-0 meta prompt ("Please generate a question about {topic}").
+TOPICS = [
+    "history", "geography", "physics", "chemistry", "biology", "medicine", "astronomy", "mathematics",
+    "computer science", "literature", "poetry", "music", "film", "television", "painting", "architecture",
+    "sculpture", "philosophy", "religion", "mythology", "economics", "politics", "law", "military history",
+    "sports", "football", "olympic games", "chess", "food", "cooking", "languages", "linguistics",
+    "inventions", "engineering", "aviation", "space exploration", "oceans", "rivers", "mountains", "islands",
+    "cities", "countries", "animals", "plants", "dinosaurs", "video games", "fashion", "companies",
+    "awards", "universities",
+]  # fmt: skip
+
+
+@dataclass
+class ASLConfig:
+    enabled: bool = _f(
+        False,
+        "ASL: one backbone plays prompt generator, generative reward model (GRM) and policy, trained "
+        "in the cycle PG -> GRM -> PM; generated questions become the policy's tasks and the GRM's "
+        "verdict replaces the environment reward",
+    )
+    checks: int = _f(5, "K: GRM checks of each generated (question, answer) pair (authors' code: 5)")
+    accept: float = _f(0.8, "C: a pair is kept when the mean of its K verdicts is >= C (authors' code: 0.8)")
+    attempts: int = _f(4, "M: policy rollouts at each kept question; the PG's reward is the entropy of their verdicts")
+    reject_reward: float = _f(0.0, "the prompt generator's reward for a pair the K/C filter rejects or cannot parse")
+    followup_threshold: float = _f(0.5, "a question the policy solves more than this share of the time asks for HARDER")
+    train_grm: bool = _f(True, "run the GRM phase; false freezes the GRM (the paper's reward-hacking ablation)")
+    pg_target_questions: int = _f(
+        64, "the prompt-generator phase ends when this round has kept this many questions (paper: a threshold)"
+    )
+    phase_min_iterations: int = _f(2, "iterations every phase runs at least")
+    phase_max_iterations: int = _f(20, "iterations a phase runs at most (also bounds the PG phase)")
+    plateau_window: int = _f(3, "the GRM and policy phases end when the mean reward of the last W iterations ...")
+    plateau_tolerance: float = _f(0.02, "... improves on the W before by at most this")
+    topics: list = _f(TOPICS, "topics of the iteration-0 meta prompt")
+    seed_questions: int = _f(
+        0,
+        "also seed round 0's follow-ups with this many training-split questions of the environment "
+        "(their gold answers as the pair's answer); 0 = zero labelled data, as in the paper",
+    )
+    grm_max_examples: int = _f(256, "GRM training examples kept per round after class balancing (the newest first)")
+    late_injection_round: int = _f(
+        0,
+        "from this round on (>= 1), the GRM phase also trains on real verification data built from "
+        "the environment's training split (gold answer: correct; another question's gold: wrong); 0 = off",
+    )
+    injection_examples: int = _f(32, "real verification examples injected per round (half correct, half wrong)")
+    grm_eval_questions: int = _f(
+        32,
+        "GRM accuracy per round on held-out questions with gold answers (eval split): each gives one "
+        "correct and one wrong pair; 0 = off",
+    )
+    pg_max_new_tokens: int = _f(256, "token limit of one generated question-answer turn")
+    grm_max_new_tokens: int = _f(256, "token limit of one GRM judgement")
+    judge_temperature: float = _f(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
+    system_prompts: bool = _f(True, "give the PG and GRM the paper's system prompt (tools described, Figure 8)")
+
+
+def _between(low: float, high: float):
+    return (lambda v: low <= v <= high), f"in [{low}, {high}]"
+
+
+def _at_least(low: float):
+    return (lambda v: v >= low), f">= {low}"
+
+
+#: Range rules of the ``asl`` fields (merged into ``roleagent.config_rules.FIELD_RULES``).
+RULES = {
+    "asl.checks": _at_least(1),
+    "asl.accept": _between(0, 1),
+    "asl.attempts": _at_least(2),
+    "asl.reject_reward": _at_least(0),
+    "asl.followup_threshold": _between(0, 1),
+    "asl.pg_target_questions": _at_least(1),
+    "asl.phase_min_iterations": _at_least(1),
+    "asl.phase_max_iterations": _at_least(1),
+    "asl.plateau_window": _at_least(1),
+    "asl.plateau_tolerance": _at_least(0),
+    "asl.topics": (
+        (lambda v: bool(v) and all(isinstance(t, str) and t.strip() for t in v)),
+        "a non-empty list of topics",
+    ),
+    "asl.seed_questions": _at_least(0),
+    "asl.grm_max_examples": _at_least(2),
+    "asl.late_injection_round": _at_least(0),
+    "asl.injection_examples": _at_least(2),
+    "asl.grm_eval_questions": _at_least(0),
+    "asl.pg_max_new_tokens": _at_least(8),
+    "asl.grm_max_new_tokens": _at_least(8),
+    "asl.judge_temperature": _at_least(0),
+}

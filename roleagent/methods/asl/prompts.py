@@ -1,0 +1,142 @@
+"""The prompts of ASL's three roles, from the paper's Appendix A (Sun et al., 2025, arXiv
+2510.14253, Figures 8-12), and the parsers of what the roles write. The paper's
+"concreate" typo is corrected; the tool is the search environment's ``<search>`` action
+(the paper's ``retrieve`` tool call), though the PG and GRM turns here are single turns
+without tool calls (``docs/asl.md``)."""
+
+from __future__ import annotations
+
+import re
+
+from roleagent.algos.asl import HARDER
+
+PG_SYSTEM = """You are a helpful assistant.
+## Tools
+You can search a knowledge base: <search>search terms</search>.
+## Tasks
+Generate a question and answer that satisfy the user's request.
+You can use <think></think> as many times as you want, but you must use <question></question> and <answer></answer> once and only once at the end of your response.
+Your question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
+Your answer should be concise and to the point, without detailed illustrations.
+For example:
+<question>What is the capital of China?</question>
+<answer>Beijing</answer>"""
+
+GRM_SYSTEM = """You are a helpful assistant.
+## Tools
+You can search a knowledge base: <search>search terms</search>.
+## Tasks
+Verify the correctness of an answer.
+You can use <think></think> as many times as you want, then give your conclusion inside <answer></answer>."""
+
+#: Figure 9: iteration 0.
+PG_ITERATION_0 = """Please generate a question about {topic}.
+The question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
+Use the tool to help you generate the question, ensure that the question is solvable and the tool is necessary to answer the question.
+Output with the following format:
+<question>
+...a generated question...
+</question>
+<answer>
+...the answer to the generated question...
+</answer>"""
+
+#: Figure 10: iteration 1 (a similar question needing new knowledge).
+PG_ITERATION_1 = """I asked a question to my students:
+{question}
+
+The true answer to this question is:
+{answer}
+
+Most student {answer_type}LY answer this question, therefore, to better train my students, I want you to generate a {question_type} question based on the current question.
+You should generate the new question that is similar to the current question but requires new knowledge and is {question_type} to answer.
+Follow the following instructions to generate the new question:
+1. The new question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
+2. Use the tool to help you generate the new question.
+3. The question must be solvable and the tool must be necessary to answer the question. Your final output should be of the following formats:
+<question>
+...a new question...
+</question>
+<answer>
+...the answer to the new question...
+</answer>"""
+
+#: Figure 11: later iterations (add or remove one reasoning hop).
+PG_LATER = """I asked a question to my students:
+{question}
+
+The true answer to this question is:
+{answer}
+
+Most student {answer_type}LY answer this question, therefore, to better train my students, I want you to generate a {question_type} question based on the current question. You should use the tool to retrieve the relevant infomation about the question, then generate the new question by {question_constraint} one reasoning hop to the current question.
+e.g. {demo}
+
+The new question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
+
+Output with the following format:
+<question>
+...a new question...
+</question>
+<answer>
+...the answer to the new question...
+</answer>"""
+
+DEMO = {
+    "adding": "'Who directed Titanic?' (James Cameron) -> 'In which country was the director of Titanic born?' (Canada)",
+    "removing": "'In which country was the director of Titanic born?' (Canada) -> 'Who directed Titanic?' (James Cameron)",
+}
+
+#: Figure 12: the GRM.
+GRM_USER = """I asked a question to my student:
+{question}
+
+My student's answer is:
+{completion}
+
+I want you to help me verify the correctness of my student's answer.
+Use the tool and thinking to analyze, then draw your conclusion in the following format:
+<answer>
+conclusion: correct/wrong
+</answer>"""
+
+_QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL | re.IGNORECASE)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+
+
+def meta_prompt(item: dict, round_index: int) -> str:
+    """The PG's user prompt for one entry of D_PG: ``{"topic"}`` (iteration 0) or
+    ``{"question", "answer", "flag"}`` (a follow-up; Figure 10 in round 1, 11 later)."""
+    if "topic" in item:
+        return PG_ITERATION_0.format(topic=item["topic"])
+    harder = item["flag"] == HARDER
+    fields = {
+        "question": item["question"],
+        "answer": item["answer"],
+        "answer_type": "CORRECT" if harder else "WRONG",
+        "question_type": "harder" if harder else "easier",
+    }
+    if round_index <= 1:
+        return PG_ITERATION_1.format(**fields)
+    constraint = "adding" if harder else "removing"
+    return PG_LATER.format(**fields, question_constraint=constraint, demo=DEMO[constraint])
+
+
+def role_chat(system: str, user: str, with_system: bool) -> list[dict[str, str]]:
+    return ([{"role": "system", "content": system}] if with_system else []) + [{"role": "user", "content": user}]
+
+
+def parse_pair(text: str) -> tuple[str, str] | None:
+    """``(question, answer)`` from the PG's output: exactly one non-empty ``<question>``
+    and one non-empty ``<answer>`` block (the system prompt's "once and only once"), else
+    None. Example: ``"<question> Q? </question><answer>A</answer>"`` → ``("Q?", "A")``."""
+    questions, answers = _QUESTION.findall(text), _ANSWER.findall(text)
+    if len(questions) != 1 or len(answers) != 1:
+        return None
+    question, answer = " ".join(questions[0].split()), " ".join(answers[0].split())
+    return (question, answer) if question and answer else None
+
+
+def final_answer(text: str) -> str | None:
+    """The policy's answer: the last ``<answer>`` block of its final turn, else None."""
+    found = _ANSWER.findall(text)
+    return " ".join(found[-1].split()) if found and found[-1].strip() else None

@@ -1,0 +1,111 @@
+"""The prompt generator's and the GRM's turns: single-turn generations with the one
+backbone, kept token for token as trainable trajectories, the GRM's batched judgements,
+and verification pairs built from an environment's questions with gold answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from roleagent.algos.asl import parse_verdict
+from roleagent.engine import SamplingParams
+from roleagent.methods.asl.prompts import GRM_SYSTEM, GRM_USER, role_chat
+from roleagent.types import Step, Task, Trajectory
+
+
+def generate_turns(
+    engine, jobs: Sequence[tuple[Task, int]], chats: Sequence[list[dict]], *, max_new_tokens: int, settings
+) -> list[Trajectory]:
+    """One single-step trajectory per job: the chat's prompt ids, the generated ids and
+    their log-probs, sampled as the rollouts sample (``settings``: temperature, top-p), so
+    the update's π_old matches."""
+    prompts = [engine.encode_chat(chat) for chat in chats]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=settings.temperature, top_p=settings.top_p)
+    generations = engine.generate(prompts, params)
+    out = []
+    for (task, seed), chat, generation in zip(jobs, chats, generations):
+        step = Step(
+            observation=chat[-1]["content"],
+            state_key=task.id,
+            action_text=generation.text,
+            action=generation.text,
+            valid=True,
+            prompt_ids=list(generation.prompt_ids),
+            action_ids=list(generation.ids),
+            action_logprobs=list(generation.logprobs),
+            done=True,
+            info={"truncated": generation.truncated},
+        )
+        out.append(Trajectory(task=task, steps=[step], instruction=chat[-1]["content"], seed=seed))
+    return out
+
+
+def grm_chat(question: str, completion: str, with_system: bool) -> list[dict[str, str]]:
+    """The GRM's conversation for one (question, answer) pair (paper Figure 12)."""
+    return role_chat(GRM_SYSTEM, GRM_USER.format(question=question, completion=completion), with_system)
+
+
+def judge(
+    chat, pairs: Sequence[tuple[str, str]], *, with_system: bool, max_new_tokens: int, temperature: float
+) -> list[tuple[str, int | None]]:
+    """The GRM's ``(text, verdict)`` for each (question, answer) pair, in one batch."""
+    if not pairs:
+        return []
+    texts = chat(
+        [grm_chat(q, a, with_system) for q, a in pairs], max_new_tokens=max_new_tokens, temperature=temperature
+    )
+    return [(text, parse_verdict(text)) for text in texts]
+
+
+def question_of(task: Task, env: Any) -> str:
+    """A task's question: ``metadata["question"]`` or ``payload["question"]``, else the
+    instruction the environment gives at reset."""
+    for record in (task.metadata, task.payload):
+        if isinstance(record.get("question"), str) and record["question"].strip():
+            return record["question"]
+    _, info = env.reset(task, seed=0)
+    return str(info.get("instruction", ""))
+
+
+def verification_pairs(tasks: Sequence[Task], env: Any, n: int) -> list[dict]:
+    """Verification records from the first ``n`` questions with gold answers: the gold
+    answer labelled correct (1) and the next such question's gold answer labelled wrong
+    (0), skipped when the two normalise to the same text. The paper's verify set takes its
+    wrong answers from GPT-4o-mini; no such model is here.
+
+    Example: questions q0 (gold "Paris"), q1 ("Rome"), q2 ("Oslo") with n = 2 →
+    (q0, Paris, 1), (q0, Rome, 0), (q1, Rome, 1), (q1, Oslo, 0).
+    """
+    golden = [t for t in tasks if t.metadata.get("answers")]
+    records = []
+    for index, task in enumerate(golden[:n]):
+        question = question_of(task, env)
+        right = str(task.metadata["answers"][0])
+        wrong = str(golden[(index + 1) % len(golden)].metadata["answers"][0])
+        records.append({"question": question, "response": right, "label": 1, "source": task.id})
+        if " ".join(wrong.lower().split()) != " ".join(right.lower().split()):
+            records.append({"question": question, "response": wrong, "label": 0, "source": task.id})
+    return records
+
+
+def question_task(record: dict, env: str) -> Task:
+    """A generated question as an environment task (the search environment's contract:
+    the question, ``metadata["answers"]`` and ``metadata["hops"]``)."""
+    return Task(
+        id=record["id"],
+        env=env,
+        payload={"question": record["question"]},
+        split="train",
+        metadata={
+            "question": record["question"],
+            "answers": [record["answer"]],
+            "hops": record["hops"],
+            "asl": {"round": record["round"], "parent": record["parent"]},
+        },
+    )
+
+
+def role_task(task_id: str, env: str, role: str, record: dict) -> Task:
+    """A prompt-generator or GRM task (split ``asl_pg`` / ``asl_grm``): the item in
+    ``metadata["asl"]``; these never reach an environment."""
+    return Task(id=task_id, env=env, split=f"asl_{role}", metadata={"asl": dict(record)})

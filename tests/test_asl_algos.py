@@ -1,0 +1,209 @@
+"""ASL's pure parts (roleagent.algos.asl), its prompts and parsers, verification pairs,
+the round files' cut-back on resume, and the ``asl`` config section, all by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from roleagent.algos.asl import (
+    EASIER,
+    HARDER,
+    acceptance,
+    balance_labels,
+    follow_up,
+    follow_up_hops,
+    parse_verdict,
+    plateaued,
+    verdict_entropy,
+)
+from roleagent.config import ConfigError, load_config, validate
+from roleagent.methods.asl.files import RoundFiles
+from roleagent.methods.asl.prompts import PG_ITERATION_0, final_answer, meta_prompt, parse_pair
+from roleagent.methods.asl.roles import verification_pairs
+from roleagent.types import Task
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("conclusion: incorrect", 0),  # "incorrect" contains "correct"
+        ("Conclusion: **correct**", 1),
+        ("**Conclusion:** Wrong.", 0),
+        ("<answer>\nconclusion: correct\n</answer>", 1),
+        ("CONCLUSION :  not   correct", 0),
+        ("conclusion:\n\n`correct`", 1),
+        ("conclusion: correct ... on reflection, conclusion: wrong", 0),  # the last conclusion wins
+        ("conclusion: wrong\nconclusion: correct", 1),
+        ("conclusion: wrong\nconclusion: unsure", None),  # the last one decides, even unparsable
+        ("conclusion: correct/wrong", None),  # the template echoed
+        ("conclusion: correct or wrong", None),
+        ("conclusion: correctly answered", None),
+        ("conclusion: the answer is not correct", None),  # no verdict word first
+        ("The answer is correct.", None),  # no conclusion
+        ("", None),
+    ],
+)
+def test_parse_verdict(text, verdict):
+    assert parse_verdict(text) == verdict
+
+
+def test_verdict_entropy_by_hand():
+    assert verdict_entropy([1, 0, 1, 0]) == pytest.approx(math.log(2))  # 50/50: ln 2
+    assert verdict_entropy([1, 1, 1]) == 0.0  # unanimous
+    assert verdict_entropy([0]) == 0.0
+    assert verdict_entropy([1, 0, None]) == pytest.approx(math.log(3))  # three-way
+    assert verdict_entropy([1, 1, 1, 0]) == pytest.approx(0.562335, abs=1e-6)  # −(¾ ln ¾ + ¼ ln ¼)
+    assert verdict_entropy([2, 2, 1, 0]) == pytest.approx(1.039721, abs=1e-6)  # −(½ ln ½ + 2 · ¼ ln ¼)
+    with pytest.raises(ValueError):
+        verdict_entropy([])
+
+
+def test_acceptance_k_of_c_by_hand():
+    assert acceptance([1, 1, 1, 1, 0], 0.8) == (0.8, True)  # 4 of 5 ≥ 0.8
+    assert acceptance([1, 1, 1, 0, None], 0.8) == (0.6, False)  # no verdict counts 0
+    assert acceptance([1, 1, 1, 1, 1], 0.8) == (1.0, True)
+    assert acceptance([0, 0, 0, 0, 0], 0.0) == (0.0, True)
+    mean, kept = acceptance([1, 1, 0], 0.7)
+    assert mean == pytest.approx(2 / 3) and not kept
+    with pytest.raises(ValueError):
+        acceptance([], 0.8)
+
+
+def test_follow_up_by_hand():
+    assert follow_up([1, 1, 0]) == HARDER  # 0.667 > 0.5
+    assert follow_up([1, 0]) == EASIER  # 0.5 is not > 0.5
+    assert follow_up([None, 0, 1]) == EASIER
+    assert follow_up([1, 0, 0], threshold=0.3) == HARDER
+    assert (follow_up_hops(2, HARDER), follow_up_hops(2, EASIER), follow_up_hops(1, EASIER)) == (3, 1, 1)
+
+
+def test_balance_labels():
+    labels = [1, 1, 0, 1, 0]
+    for seed in range(5):
+        picked = balance_labels(labels, random.Random(seed))
+        assert picked == sorted(picked) and {2, 4} <= set(picked)  # both 0s, two of the three 1s
+        assert [labels[i] for i in picked].count(1) == 2 and len(picked) == 4
+    assert balance_labels([1, 1], random.Random(0)) == []  # one class: nothing to balance with
+    assert balance_labels([], random.Random(0)) == []
+    assert balance_labels([0, 1], random.Random(0)) == [0, 1]
+
+
+def test_plateau_by_hand():
+    assert not plateaued([0.1, 0.3, 0.5, 0.6], 2, 0.05)  # 0.55 − 0.2 = 0.35
+    assert plateaued([0.5, 0.6, 0.58, 0.6], 2, 0.05)  # 0.59 − 0.55 = 0.04
+    assert not plateaued([0.5, 0.6, 0.6], 2, 0.05)  # fewer than 2 windows
+    assert plateaued([0.9, 0.4], 1, 0.0)  # a fall is a plateau too
+    assert not plateaued([0.4, 0.5], 1, 0.05)
+    with pytest.raises(ValueError):
+        plateaued([1.0], 0, 0.1)
+
+
+def test_pair_and_answer_parsing():
+    assert parse_pair("<think>x</think><question> What is\n 1+1? </question>\n<answer> 2 </answer>") == (
+        "What is 1+1?",
+        "2",
+    )
+    assert parse_pair("<question>Q?</question>") is None  # no answer
+    assert parse_pair("<question>Q?</question><answer>a</answer><answer>b</answer>") is None  # twice
+    assert parse_pair("<question> </question><answer>a</answer>") is None
+    assert final_answer("<search>x</search> then <answer>Paris</answer>") == "Paris"
+    assert final_answer("<answer>a</answer><answer> b  c </answer>") == "b c"
+    assert final_answer("Paris") is None
+
+
+def test_meta_prompts_per_round():
+    assert meta_prompt({"topic": "rivers"}, 0) == PG_ITERATION_0.format(topic="rivers")
+    item = {"question": "Who directed Titanic?", "answer": "James Cameron", "flag": HARDER}
+    first = meta_prompt(item, 1)
+    assert "Most student CORRECTLY answer" in first and "a harder question" in first and "hop" not in first
+    later = meta_prompt({**item, "flag": EASIER}, 2)
+    assert "Most student WRONGLY answer" in later and "by removing one reasoning hop" in later
+
+
+def test_verification_pairs_by_hand():
+    tasks = [
+        Task("t0", "x", {}, "eval", {"question": "Capital of France?", "answers": ["Paris"]}),
+        Task("t1", "x", {}, "eval", {"question": "Capital of Italy?", "answers": ["Rome"]}),
+        Task("t2", "x", {}, "eval", {"question": "No gold"}),
+        Task("t3", "x", {}, "eval", {"question": "Capital of Rome's country?", "answers": ["rome"]}),
+    ]
+    got = [(r["question"], r["response"], r["label"]) for r in verification_pairs(tasks, None, 3)]
+    assert got == [
+        ("Capital of France?", "Paris", 1),
+        ("Capital of France?", "Rome", 0),
+        ("Capital of Italy?", "Rome", 1),  # its wrong answer "rome" is the same text: skipped
+        ("Capital of Rome's country?", "rome", 1),
+        ("Capital of Rome's country?", "Paris", 0),
+    ]
+
+
+def test_round_files_cut_back_to_the_checkpoint(tmp_path):
+    files = RoundFiles(tmp_path)
+    files.append(0, "questions.jsonl", [{"a": 1}, {"a": 2}])
+    record = dict(files.rows)
+    files.append(0, "questions.jsonl", [{"a": 3}])
+    files.append(1, "questions.jsonl", [{"a": 4}])
+    again = RoundFiles(tmp_path)
+    again.restore(record)
+    assert again.read(0, "questions.jsonl") == [{"a": 1}, {"a": 2}]
+    assert not (tmp_path / "asl" / "round_0001").exists()
+    (tmp_path / "asl" / "round_0000" / "questions.jsonl").write_text(json.dumps({"a": 1}) + "\n")
+    with pytest.raises(RuntimeError, match="checkpoint recorded 2"):
+        RoundFiles(tmp_path).restore(record)
+
+
+def test_asl_config_section():
+    cfg = load_config(None, ["asl.enabled=true", "wia.enabled=false"])
+    assert (cfg.asl.checks, cfg.asl.accept) == (5, 0.8)  # the authors' K and C
+    validate(cfg)
+    with pytest.raises(ConfigError, match=r"asl.accept=1.5"):
+        validate(load_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.accept=1.5"]))
+    with pytest.raises(ConfigError, match="wia.enabled"):
+        validate(load_config(None, ["asl.enabled=true", "wia.enabled=true"]))
+    with pytest.raises(ConfigError, match="phase_min_iterations"):
+        validate(load_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.phase_min_iterations=30"]))
+    with pytest.raises(ConfigError):
+        load_config(None, ["asl.no_such_key=1"])
+
+
+def _method(tmp_path, **settings):
+    from types import SimpleNamespace
+
+    from roleagent.methods.asl.config import ASLConfig
+    from roleagent.methods.asl.method import ASLMethod
+
+    config = ASLConfig(enabled=True, topics=["rivers", "music"], grm_eval_questions=0, **settings)
+    cfg = SimpleNamespace(seed=0, env=SimpleNamespace(name="qa", train_split="train", eval_split="eval"))
+    return ASLMethod(SimpleNamespace(run_dir=tmp_path, cfg=cfg), config)
+
+
+def test_phases_end_on_count_and_plateau_and_skip_empty_ones(tmp_path):
+    method = _method(tmp_path, pg_target_questions=2, phase_min_iterations=1, plateau_window=1, plateau_tolerance=0.0)
+    question = {"id": "asl/q000000", "question": "Q?", "answer": "A", "hops": 1, "round": 0, "parent": None}
+    method.pm_pool = [question]
+    method.metrics = {"reward": 0.3}
+    assert method.after_iteration([], 0) == {"pg_reward": 0.3, "round": 0.0, "phase": 0.0}
+    assert method.phase == "pg"  # 1 of 2 questions
+    method.pm_pool.append({**question, "id": "asl/q000001"})
+    method.grm_pool = [{"question": "Q?", "response": "A", "label": 1, "source": "asl/q000000"}] * 3  # one class
+    method.after_iteration([], 1)
+    assert method.phase == "pm" and method.phase_iterations == 0  # GRM phase skipped: nothing to balance
+    for reward, phase in ((0.2, "pm"), (0.5, "pm"), (0.5, "pg")):  # 0.5 − 0.5 ≤ 0: plateau
+        method.metrics = {"reward": reward}
+        method.after_iteration([], 2)
+        assert method.phase == phase
+    assert method.round == 1 and method.pg_pool == [{"topic": "rivers"}, {"topic": "music"}]  # no follow-ups
+    assert method.pm_pool == [] and method.grm_pool == []
+    assert (tmp_path / "asl" / "round_0000" / "followups.jsonl").read_text() == ""
+
+
+def test_phases_stop_at_their_limit(tmp_path):
+    method = _method(tmp_path, pg_target_questions=5, phase_min_iterations=1, phase_max_iterations=2)
+    for iteration in range(2):
+        method.metrics = {"reward": 0.0}
+        method.after_iteration([], iteration)
+    assert method.phase == "pg" and method.round == 1  # nothing kept in 2 iterations: the round ends
