@@ -32,6 +32,7 @@ def test_splits_are_disjoint_by_question_and_entity(env):
     assert len(ids) == len(set(ids))
     questions = {s: {t.payload["question"] for t in ts} for s, ts in splits.items()}
     assert not questions["train"] & questions["test"] and not questions["train"] & questions["dev"]
+
     # the entity asked about (an element, an abbreviation, a WordNet lemma) never crosses splits
     def entity(task):
         q = task.payload["question"]
@@ -74,7 +75,11 @@ def test_single_hop_episode_over_bm25(env):
 
 def test_multi_hop_episode_with_tool_calls(env):
     """Two hops: arsenic's atomic number (33), then the element numbered 34 (selenium, Se)."""
-    task = next(t for t in env.tasks("train") + env.tasks("test") + env.tasks("dev") if "than that of arsenic" in t.payload["question"] and t.metadata["question_type"] == "next_element_symbol")
+    task = next(
+        t
+        for t in env.tasks("train") + env.tasks("test") + env.tasks("dev")
+        if "than that of arsenic" in t.payload["question"] and t.metadata["question_type"] == "next_element_symbol"
+    )
     env.reset(task)
     first = env.step('<tool_call>{"name": "search", "arguments": {"query": "arsenic atomic number"}}</tool_call>')
     assert "Atomic number: 33" in first.observation and first.info["form"] == "tool_call"
@@ -146,7 +151,11 @@ def test_rollout_keeps_search_r1s_growing_context(scripted_engine):
     from roleagent.envs.workers import EnvPool
     from roleagent.rollout import RolloutSettings, run_episodes
 
-    replies = ["<search>arsenic atomic number</search>", "<search>element atomic number 34</search>", "<answer>Se</answer>"]
+    replies = [
+        "<search>arsenic atomic number</search>",
+        "<search>element atomic number 34</search>",
+        "<answer>Se</answer>",
+    ]
     engine = scripted_engine(lambda prompt_text, call: replies[min(call, 2)])
     engine.tokenizer = lambda text, add_special_tokens=False: {"input_ids": text.split()}
     prompts: list = []

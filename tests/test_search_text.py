@@ -83,8 +83,12 @@ def test_information_block_is_search_r1s_doc_lines():
         {"document": {"id": "a", "contents": '"Iron"\nSymbol: Fe. Atomic number: 26.'}, "score": 3.0},
         {"document": {"id": "b", "contents": '"Neon"\n' + "n" * 50}, "score": 1.0},
     ]
-    assert passages_text(hits, 20) == 'Doc 1(Title: "Iron") Symbol: Fe. Atomi...\nDoc 2(Title: "Neon") ' + "n" * 17 + "..."
-    assert information(hits[:1], 100) == '<information>Doc 1(Title: "Iron") Symbol: Fe. Atomic number: 26.</information>'
+    assert (
+        passages_text(hits, 20) == 'Doc 1(Title: "Iron") Symbol: Fe. Atomi...\nDoc 2(Title: "Neon") ' + "n" * 17 + "..."
+    )
+    assert (
+        information(hits[:1], 100) == '<information>Doc 1(Title: "Iron") Symbol: Fe. Atomic number: 26.</information>'
+    )
     assert information([], 100) == "<information></information>"
 
 
