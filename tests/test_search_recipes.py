@@ -18,7 +18,8 @@ def test_search_recipe_settings(name):
     assert cfg.env.name == "search" and cfg.env.kwargs["max_steps"] == 4
     assert cfg.env.eval_split == "dev" and "train" not in cfg.eval.splits
     assert cfg.rollout.group_size == 5 and cfg.rollout.action_format == "raw"
-    assert not cfg.rollout.constrain_actions and not cfg.sft.enabled
+    assert not cfg.rollout.constrain_actions
+    assert cfg.sft.enabled and cfg.sft.expert_tasks == 48  # the gold-path expert's warm start
     assert cfg.rollout.temperature == pytest.approx(0.9) and cfg.eval.temperature == 0.0
     assert cfg.optim.kl_coef == pytest.approx(1e-3)
 

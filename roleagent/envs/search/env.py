@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from roleagent.envs.base import Environment, StepResult
-from roleagent.envs.search import diagnosis, prompt
-from roleagent.envs.search.retriever import RetrieverError, data_path, make_retriever, read_jsonl_gz
+from roleagent.envs.search import diagnosis, expert, prompt
+from roleagent.envs.search.retriever import RetrieverError, data_path, load_corpus, make_retriever, read_jsonl_gz
 from roleagent.envs.search.text import (
     INVALID_MESSAGE,
     exact_match,
@@ -44,6 +44,7 @@ from roleagent.types import Task, Trajectory
 SPLITS = ("train", "dev", "test")
 MAX_QUESTION_CHARS = 4000
 _RETRIEVERS: dict[tuple, Any] = {}  # one index per process and configuration
+_TITLES: dict[str, str] = {}  # passage id -> title of the shipped corpus (the expert's support titles)
 _LOCK = threading.Lock()
 
 
@@ -159,7 +160,8 @@ class SearchEnv(Environment):
 
     def reset(self, task: Task, seed: int = 0) -> tuple[str, dict[str, Any]]:
         question, self._answers = task_question(task), task_answers(task)
-        self._searches, self._done = 0, False
+        self._question, self._support = question, [str(s) for s in task.metadata.get("support") or []]
+        self._searches, self._done, self._gold_seen = 0, False, False
         info: dict[str, Any] = {"instruction": prompt.instruction(question)}
         if self.protocol == "chat":
             info["messages"] = [{"role": "user", "content": f"Question: {question}"}]
@@ -194,6 +196,7 @@ class SearchEnv(Environment):
         text = f" {normalize_answer(observation)} "
         info.update(query=query, doc_ids=[str(h["document"].get("id", "")) for h in hits],
                     gold_retrieved=any(g and f" {g} " in text for g in gold))  # fmt: skip
+        self._gold_seen = self._gold_seen or info["gold_retrieved"]
         return observation
 
     def _answer(self, answer: str, info: dict[str, Any]) -> StepResult:
@@ -208,6 +211,18 @@ class SearchEnv(Environment):
         if self.protocol == "chat":
             info["messages"] = [{"role": "tool", "content": observation}] if observation else []
         return StepResult(observation, reward, done, info)
+
+    def expert_action(self) -> str | None:
+        """The gold-path expert's next action (``roleagent.envs.search.expert``)."""
+        if self._done:
+            return None
+        with _LOCK:
+            if not _TITLES:
+                _TITLES.update((d["id"], d["contents"].split("\n")[0].strip('"')) for d in load_corpus())
+        titles = [_TITLES[s] for s in self._support if s in _TITLES]
+        return expert.next_action(
+            self._question, self._answers, titles, self._searches, self._gold_seen, self.max_searches
+        )
 
     def step_failed(self, action: str, error: BaseException) -> StepResult:
         """A retriever that is down or slow is an infrastructure fault, not the agent's:
