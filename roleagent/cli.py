@@ -9,6 +9,7 @@ roleagent expert-data grpo_alfworld --out expert.jsonl --tasks 50
 roleagent view runs/role_agent_textcraft --failed
 roleagent view TREES_DIR                      # Agent-R search trees (tree JSON files)
 roleagent envs
+roleagent retriever --port 8000              # Search-R1's POST /retrieve over the search corpus
 """
 
 from __future__ import annotations
@@ -179,6 +180,12 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retriever(args: argparse.Namespace) -> int:
+    from roleagent.envs.search.server import main as serve_main
+
+    return serve_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="roleagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -230,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--workers", type=int, default=4, help="environment processes")
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     data.set_defaults(func=_expert_data, config=None)
+
+    ret = sub.add_parser("retriever", help="serve a corpus over Search-R1's HTTP API (POST /retrieve) until stopped")
+    ret.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    ret.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed once bound)")
+    ret.add_argument("--retriever", choices=["bm25", "dense"], default="bm25", help="dense: all-MiniLM-L6-v2")
+    ret.add_argument("--corpus", help="JSONL(.gz) corpus with id and contents, or title and text (default: shipped)")
+    ret.add_argument("--verbose", action="store_true", help="log every request")
+    ret.set_defaults(func=_retriever)
 
     envs = sub.add_parser("envs", help="list environments and whether they can run here")
     envs.set_defaults(func=_envs)

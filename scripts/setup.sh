@@ -19,6 +19,7 @@ fi
 
 if [[ "${1:-}" == "--all" ]]; then
   "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld]"
+  "$PY" -m pip install -q -e ".[search]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
 fi

@@ -55,6 +55,15 @@ register_env(
         description="ScienceWorld: 30 science task types on the real simulator (a JVM per worker)",
     )
 )
+register_env(
+    EnvSpec(
+        name="search",
+        factory="roleagent.envs.search:SearchEnv",
+        requires=("bm25s",),
+        extra="search",
+        description="search-augmented QA over a shipped offline corpus (FOLDOC, Jargon, WordNet, elements), BM25 or HTTP",
+    )
+)
 
 __all__ = [
     "EnvSpec",
