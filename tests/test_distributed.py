@@ -118,6 +118,7 @@ def test_share_and_shard_are_contiguous_and_balanced():
     assert [s.length for s in dp.shard(samples)] == [2, 5]
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     ranks = _launch(tmp_path / "dp", 1, tmp_path / "out")
     assert [r["local_jobs"] for r in ranks] == [[4], [4]]  # each rank played half of the 8 episodes
