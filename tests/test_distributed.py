@@ -146,3 +146,17 @@ def test_two_process_resume_equals_an_uninterrupted_run(tmp_path):
     straight = _launch(tmp_path / "straight", 2, tmp_path / "c")
     _assert_close(resumed[0]["weights"], straight[0]["weights"], atol=0.0)
     _assert_close(resumed[1]["weights"], straight[1]["weights"], atol=0.0)
+
+
+@pytest.mark.slow
+def test_cli_nproc_runs_torchrun_with_a_rank_per_process(tmp_path, capsys):
+    from roleagent.cli import main
+    from tests.run_helpers import TINY
+
+    settings = [s for s in TINY if not s.startswith("env.name")] + ["env.name=scripted", "eval.at_start=false"]
+    args = [f"--set={s}" for s in [*settings, f"run_dir={tmp_path}", "iterations=1", "eval.max_tasks=1"]]
+    assert main(["train", "--nproc", "2", *args]) == 0
+    assert (tmp_path / "checkpoints" / "latest").is_file()
+    assert (tmp_path / "ranks" / "rank1" / "checkpoints" / "latest").is_file()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert sum('"iteration": 0' in line for line in lines) == 1  # rank 0 alone writes the metrics
