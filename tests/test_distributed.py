@@ -17,9 +17,15 @@ from roleagent.trainer import Trainer
 from roleagent.trainer.distributed import DataParallel, DistributedTrainer
 from tests.run_helpers import config, trainable
 
-# 4 tasks x 2 rollouts = 8 episodes, split 4 + 4; two mini-batches so the shuffled
-# split of samples between ranks matters in every optimizer step
-EXTRA = ["rollout.tasks_per_iter=4", "optim.mini_batches=2", "eval.at_start=false", "eval.max_tasks=1"]
+# one task x 4 rollouts, split 2 + 2 (a group split between ranks); two mini-batches so
+# the shuffled split of samples between ranks matters in every optimizer step
+EXTRA = [
+    "rollout.tasks_per_iter=1",
+    "rollout.group_size=4",
+    "optim.mini_batches=2",
+    "eval.at_start=false",
+    "eval.max_tasks=1",
+]
 
 
 def _free_port() -> int:
@@ -121,9 +127,11 @@ def test_share_and_shard_are_contiguous_and_balanced():
 @pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     ranks = _launch(tmp_path / "dp", 1, tmp_path / "out")
-    assert [r["local_jobs"] for r in ranks] == [[4], [4]]  # each rank played half of the 8 episodes
+    assert [r["local_jobs"] for r in ranks] == [[2], [2]]  # each rank played half of the episodes
     batch = ranks[0]["batches"][0]
-    assert len(batch) == 8
+    assert len(batch) == 4 and len({t.task.id for t in batch}) == 1
+    actions = [[s.action_ids for s in t.steps] for t in batch]
+    assert actions[:2] != actions[2:]  # rank 1 drew other samples than rank 0 for the same task
     assert [t.task.id for t in batch] == [t.task.id for t in ranks[1]["batches"][0]]
     _assert_close(ranks[0]["weights"], ranks[1]["weights"], atol=0.0)  # one step, same on every rank
     single = _single_process(tmp_path / "single", [batch])

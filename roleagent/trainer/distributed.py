@@ -14,7 +14,8 @@ Launch the same recipe with ``torchrun --nproc_per_node N -m roleagent.cli train
    ``Σ_ranks Σ_{tokens of the rank} ℓ / n_tokens`` is the single-process token mean, so
    clipping and the AdamW step are identical on every rank and the weights stay equal.
 
-Files: rank 0 owns ``run_dir`` (metrics, rollouts, checkpoints, the lock). Rank r > 0
+Sampling: rank r > 0 seeds its engine with ``seed + r`` (the same seed everywhere would
+repeat rank 0's draws when a task's group is split between ranks). Files: rank 0 owns ``run_dir`` (metrics, rollouts, checkpoints, the lock). Rank r > 0
 runs in ``run_dir/ranks/rank<r>``, its own run directory, whose checkpoints hold its own
 sampling generator (its episodes differ from rank 0's) next to the same weights; a resume
 checks that every rank restarts at the same iteration.
@@ -163,6 +164,8 @@ class DistributedTrainer(Trainer):
         if self.dp.device.type == "cuda" and cfg.model.device in ("auto", "cuda"):
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device=str(self.dp.device)))
         super().__init__(rank_config(cfg, self.dp.rank), resume=resume, quiet=quiet or not self.dp.is_main)
+        if self.dp.rank > 0 and self.resumed_from is None:  # rollouts of one group split over
+            self.engine.seed(cfg.seed + self.dp.rank)  # ranks must not repeat each other's draws
         starts = self.dp.gather(self.start_iteration)
         if len(set(starts)) > 1:
             self.close()
