@@ -38,6 +38,9 @@ inf is not applied (gradients zeroed, AdamW state untouched, counted in ``nonfin
 as verl's actor does; ``roleagent.trainer.nonfinite`` records where it came from, and the
 step after that many consecutive skips raises ``FloatingPointError``.
 
+Data parallel (``roleagent.trainer.distributed``): each rank back-propagates its share of a
+mini-batch with the same global denominator and the gradients are summed over ranks first.
+
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
