@@ -98,8 +98,8 @@ def _name_base(out: Path, model_cfg, seed: int, init_from: str) -> None:
         name = str(base.resolve())
     elif spec == "embedded":
         name = str(embedded_model_dir().resolve())
-    else:
-        name = spec
+    else:  # an HF id, or a local folder (made absolute, so the name resolves from anywhere)
+        name = str(Path(spec).resolve()) if Path(spec).exists() else spec
     config_path = out / "adapter_config.json"
     config = json.loads(config_path.read_text())
     config["base_model_name_or_path"] = name
