@@ -85,3 +85,19 @@ def test_export_refuses_what_it_cannot_use(tmp_path, capsys):
     with pytest.raises(FileExistsError):
         export_run(tmp_path, busy)
     assert (busy / "x").read_text() == "keep me"
+
+
+def test_adapter_base_name_resolves_from_anywhere(tmp_path, monkeypatch):
+    from roleagent.config import ModelConfig
+    from roleagent.export import _name_base
+
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    for spec, expected in [
+        ("models/mine", str(tmp_path / "models" / "mine")),  # a relative folder: made absolute
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),  # an HF id: as it is
+    ]:
+        (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "x", "r": 4}))
+        _name_base(tmp_path, ModelConfig(name=spec), 0, "")
+        written = json.loads((tmp_path / "adapter_config.json").read_text())
+        assert written == {"base_model_name_or_path": expected, "r": 4}
