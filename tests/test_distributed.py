@@ -66,6 +66,7 @@ def _rank_main(rank: int, world: int, port: int, run_dir: str, iterations: int, 
             "batches": recording.batches,
             "local_jobs": recording.local_jobs,
             "start_iteration": trainer.start_iteration,
+            "slots": trainer.pool.size,
         }
     finally:
         trainer.close()
@@ -128,6 +129,7 @@ def test_share_and_shard_are_contiguous_and_balanced():
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     ranks = _launch(tmp_path / "dp", 1, tmp_path / "out")
     assert [r["local_jobs"] for r in ranks] == [[2], [2]]  # each rank played half of the episodes
+    assert [r["slots"] for r in ranks] == [2, 2]  # with environments for its half only
     batch = ranks[0]["batches"][0]
     assert len(batch) == 4 and len({t.task.id for t in batch}) == 1
     actions = [[s.action_ids for s in t.steps] for t in batch]

@@ -161,6 +161,7 @@ class DistributedTrainer(Trainer):
 
     def __init__(self, cfg: TrainConfig, *, resume: bool = True, quiet: bool = False, backend: str | None = None):
         self.dp = DataParallel(backend=backend)
+        self.world_size = self.dp.world  # environment slots for this rank's share of the episodes
         if self.dp.device.type == "cuda" and cfg.model.device in ("auto", "cuda"):
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device=str(self.dp.device)))
         super().__init__(rank_config(cfg, self.dp.rank), resume=resume, quiet=quiet or not self.dp.is_main)
