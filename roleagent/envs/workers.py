@@ -194,14 +194,15 @@ class EnvPool:
         self.env_kwargs = dict(env_kwargs or {})
         self.processes = processes
         factory = factory_of(env_name)  # a registered name, entry point or module:Class
-        make = (
-            (lambda: _ProcessSlot(factory, self.env_kwargs, timeout))
-            if processes
-            else (lambda: _LocalSlot(env_name, self.env_kwargs))
-        )
-        self._slots = [make() for _ in range(slots)]
+        self._slots = [self._new_slot(factory, timeout) for _ in range(slots)]
         # One local instance answers questions that need no episode (tasks, taxonomy).
         self.meta = make_env(env_name, **self.env_kwargs)
+
+    def _new_slot(self, factory: str, timeout: float):
+        """One slot: a worker process, or in-process (``roleagent.envs.ray_pool``: a Ray actor)."""
+        if self.processes:
+            return _ProcessSlot(factory, self.env_kwargs, timeout)
+        return _LocalSlot(self.env_name, self.env_kwargs)
 
     @property
     def size(self) -> int:
@@ -284,3 +285,13 @@ class EnvPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def make_pool(env, *, slots: int) -> EnvPool:
+    """The pool an ``EnvConfig`` asks for: worker processes (in-process with
+    ``processes: false``), or Ray actors with ``backend: ray`` (``roleagent.envs.ray_pool``)."""
+    if env.backend == "ray":
+        from roleagent.envs.ray_pool import RayEnvPool
+
+        return RayEnvPool(env.name, env.kwargs, slots=slots, timeout=env.timeout)
+    return EnvPool(env.name, env.kwargs, slots=slots, processes=env.processes, timeout=env.timeout)

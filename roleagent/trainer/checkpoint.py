@@ -2,7 +2,8 @@
 
 Layout (``run_dir/checkpoints/iter_000003/``)::
 
-    adapter/ or model.safetensors   trainable weights (LoRA adapters, or the full model)
+    adapter/ or model.safetensors   trainable weights (LoRA adapters, or the full model
+                                    with config.json and the tokenizer: save_pretrained)
     optimizer.pt                    AdamW state
     state.pt                        iteration, Python/numpy/torch/engine RNG states,
                                     each method's state (``methods``: name -> state, e.g.
@@ -77,11 +78,9 @@ def save_checkpoint(
     tmp.mkdir(parents=True)
     if policy.lora:
         policy.model.save_pretrained(tmp / "adapter")
-    else:
-        from safetensors.torch import save_file
-
-        tensors = {k: v.detach().contiguous().cpu() for k, v in policy.model.state_dict().items()}
-        save_file(_untie(tensors), tmp / "model.safetensors")
+    else:  # a folder transformers (and vLLM) load as it is: config, weights, tokenizer
+        policy.model.save_pretrained(tmp, max_shard_size="1000GB")  # one model.safetensors
+        policy.tokenizer.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(plain({"format": FORMAT, "iteration": iteration, "rng": rng_state(), **state}), tmp / "state.pt")
     files = {str(p.relative_to(tmp)): _file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -208,14 +207,19 @@ def read_checkpoint(path: Path, *, lora: bool, device: str | torch.device = "cpu
 
 def apply_checkpoint(loaded: LoadedCheckpoint, *, policy: Policy, optimizer: torch.optim.Optimizer) -> None:
     """Put loaded weights, optimizer state and global RNG states in place."""
+    apply_weights(loaded, policy)
+    optimizer.load_state_dict(loaded.optimizer)
+    set_rng_state(loaded.state["rng"])
+
+
+def apply_weights(loaded: LoadedCheckpoint, policy: Policy) -> None:
+    """Put the loaded adapters (or full-model weights) into ``policy``."""
     if policy.lora:
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(policy.model, loaded.weights)
-    else:
+    else:  # strict=False: save_pretrained leaves out tied weights (lm_head = embeddings)
         policy.model.load_state_dict(loaded.weights, strict=False)
-    optimizer.load_state_dict(loaded.optimizer)
-    set_rng_state(loaded.state["rng"])
 
 
 def safe_load(path: Path, **kwargs: Any) -> Any:
@@ -339,14 +343,3 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses shared storage (tied embeddings): give each name its own copy."""
-    seen: dict[int, str] = {}
-    out = {}
-    for name, tensor in tensors.items():
-        pointer = tensor.untyped_storage().data_ptr()
-        out[name] = tensor.clone() if pointer in seen else tensor
-        seen.setdefault(pointer, name)
-    return out

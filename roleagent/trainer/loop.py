@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
-from roleagent.envs.workers import EnvPool
+from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, replay_crashed
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import policy_from_config
@@ -67,6 +67,8 @@ from roleagent.types import Task, Trajectory
 
 
 class Trainer:
+    world_size = 1  # data-parallel processes sharing each iteration's episodes (roleagent.trainer.distributed)
+
     def __init__(self, cfg: TrainConfig, *, resume: bool = True, quiet: bool = False):
         self.cfg = cfg
         self.quiet = quiet
@@ -99,13 +101,8 @@ class Trainer:
             m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens, **reuse
         )
         self.engine.seed(cfg.seed)
-        self.pool = EnvPool(
-            cfg.env.name,
-            cfg.env.kwargs,
-            slots=r.tasks_per_iter * r.group_size,
-            processes=cfg.env.processes,
-            timeout=cfg.env.timeout,
-        )
+        slots = -(-r.tasks_per_iter * r.group_size // self.world_size)  # this rank's share of the episodes
+        self.pool = make_pool(cfg.env, slots=slots)  # worker processes, in-process or Ray actors
         env = self.pool.meta
         self.train_tasks = env.tasks(cfg.env.train_split)
         self.eval_panels = {split: panel(env.tasks(split), cfg.eval.max_tasks) for split in eval_splits(cfg)}

@@ -38,6 +38,9 @@ inf is not applied (gradients zeroed, AdamW state untouched, counted in ``nonfin
 as verl's actor does; ``roleagent.trainer.nonfinite`` records where it came from, and the
 step after that many consecutive skips raises ``FloatingPointError``.
 
+Data parallel (``roleagent.trainer.distributed``): each rank back-propagates its share of a
+mini-batch with the same global denominator and the gradients are summed over ranks first.
+
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
@@ -225,6 +228,7 @@ class Updater:
         self.nonfinite_records: deque[dict] = deque(maxlen=16)
         self.nonfinite_streak = 0  # consecutive skipped steps, over updates
         self.steps = 0  # optimizer steps attempted (applied or skipped)
+        self.data_parallel = None  # roleagent.trainer.distributed.DataParallel: this rank's share, summed grads
         self.reference = None
         if cfg.kl_coef > 0 and not policy.lora:  # LoRA: the base with adapters off is the reference
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
@@ -278,6 +282,8 @@ class Updater:
                     grad_norms.append(norm)
                 for key, values in step_totals.items():
                     totals.setdefault(key, []).extend(values)
+        if self.data_parallel is not None:
+            totals = self.data_parallel.merge_totals(totals)
         # Metrics: token-weighted over the trained samples of a mini-batch, averaged over applied steps.
         steps = len(grad_norms)
         out = {key: float(np.sum(values)) / steps if steps else math.nan for key, values in totals.items()}
@@ -336,7 +342,8 @@ class Updater:
         skip_zero = self.cfg.skip_zero_advantage
         n_computed = sum(sum(s.loss_mask(skip_zero)) for s in computed)
         self.optimizer.zero_grad(set_to_none=True)
-        micros = micro_batches(computed, self.cfg.micro_batch_tokens)
+        dp = self.data_parallel
+        micros = micro_batches(computed if dp is None else dp.shard(computed), self.cfg.micro_batch_tokens)
         losses = []
         for micro in micros:
             loss, metrics, parts = self.micro_loss(micro)
@@ -345,6 +352,8 @@ class Updater:
             losses.append(loss.detach())
             for key, value in metrics.items():
                 totals.setdefault(key, []).append(value * share / n_computed)
+        if dp is not None:
+            dp.all_reduce_grads(self.params)
         return micros, losses
 
     def _step(self, diagnosis=None) -> float | None:

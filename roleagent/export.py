@@ -1,0 +1,106 @@
+"""``roleagent export RUN --out DIR``: a run's checkpoint as a folder other tools load.
+
+- full fine-tuning (``model.lora_rank: 0``), or LoRA with ``--merge-lora``: ``config.json``,
+  ``model.safetensors`` and the tokenizer files, written by ``save_pretrained``; plain
+  ``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` and vLLM (``vllm serve DIR``)
+  load it;
+- LoRA without merging: the adapters in PEFT's format (``adapter_config.json``,
+  ``adapter_model.safetensors``) and the tokenizer, for ``PeftModel.from_pretrained`` or
+  vLLM's ``--enable-lora --lora-modules``. ``base_model_name_or_path`` names a base that
+  resolves: the HF id or folder of ``model.name``; for the embedded model, its converted
+  safetensors folder in this machine's cache (``~/.cache/roleagent/models/...``; elsewhere,
+  run ``roleagent`` once there or copy that folder and edit the name); for a base no name
+  can rebuild (``model.name: tiny``, or ``model.init_from``/an SFT warm start), the base
+  is written under ``DIR/base`` and named by its absolute path.
+
+The checkpoint is validated against its manifest first (``roleagent.trainer.checkpoint``),
+and ``roleagent_export.json`` records the run, checkpoint and iteration it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import yaml
+
+from roleagent.config import TrainConfig, from_dict
+from roleagent.models.loading import embedded_model_dir, policy_from_config
+from roleagent.trainer.checkpoint import CheckpointError, apply_weights, read_checkpoint
+
+INFO = "roleagent_export.json"
+
+
+def find_run_checkpoint(run_dir: Path, checkpoint: str = "latest") -> Path:
+    """``latest`` (the run's ``checkpoints/latest``), a folder name in ``checkpoints/``, or a path."""
+    root = run_dir / "checkpoints"
+    if checkpoint == "latest":
+        pointer = root / "latest"
+        if not pointer.is_file():
+            raise CheckpointError(f"{run_dir}: no checkpoints/latest (has this run saved a checkpoint?)")
+        checkpoint = pointer.read_text().strip()
+    path = root / checkpoint if (root / checkpoint).is_dir() else Path(checkpoint)
+    if not path.is_dir():
+        names = sorted(p.name for p in root.glob("iter_*")) if root.is_dir() else []
+        raise CheckpointError(f"no checkpoint {checkpoint!r} in {root}; there are: {', '.join(names) or 'none'}")
+    return path
+
+
+def run_config(run_dir: Path) -> TrainConfig:
+    """The config the run recorded (``run_dir/config.yaml``)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: not a roleagent run directory")
+    return from_dict(TrainConfig, yaml.safe_load(path.read_text()) or {})
+
+
+def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "latest", merge_lora: bool = False) -> Path:
+    """Write ``run_dir``'s checkpoint to ``out`` (module docstring); returns ``out``."""
+    run_dir, out = Path(run_dir), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty; choose another --out")
+    cfg = run_config(run_dir)
+    lora = cfg.model.lora_rank > 0
+    loaded = read_checkpoint(find_run_checkpoint(run_dir, checkpoint), lora=lora)
+    init_from = loaded.state.get("init_from", "")
+    model_cfg = dataclasses.replace(cfg.model, device="cpu")
+    policy = policy_from_config(model_cfg, seed=cfg.seed, init_from=init_from)
+    apply_weights(loaded, policy)
+    out.mkdir(parents=True, exist_ok=True)
+    if lora and merge_lora:
+        policy.model.merge_and_unload().save_pretrained(out)
+    elif lora:
+        policy.model.save_pretrained(out)
+        _name_base(out, model_cfg, cfg.seed, init_from)
+    else:
+        policy.model.save_pretrained(out)
+    policy.tokenizer.save_pretrained(out)
+    info = {
+        "run_dir": str(run_dir.resolve()),
+        "checkpoint": loaded.path.name,
+        "iteration": loaded.state["iteration"],
+        "model": cfg.model.name,
+        "init_from": init_from,
+        "format": "peft_adapter" if lora and not merge_lora else "transformers",
+    }
+    (out / INFO).write_text(json.dumps(info, indent=1))
+    return out
+
+
+def _name_base(out: Path, model_cfg, seed: int, init_from: str) -> None:
+    """Point the adapters' ``base_model_name_or_path`` at a base that loads (the weights
+    under the adapters: the same spec, seed and ``init_from``, no adapters)."""
+    spec = model_cfg.name
+    if spec == "tiny" or init_from:
+        base = out / "base"
+        policy_from_config(model_cfg, seed=seed, init_from=init_from, lora=False).model.save_pretrained(base)
+        name = str(base.resolve())
+    elif spec == "embedded":
+        name = str(embedded_model_dir().resolve())
+    else:  # an HF id, or a local folder (made absolute, so the name resolves from anywhere)
+        name = str(Path(spec).resolve()) if Path(spec).exists() else spec
+    config_path = out / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = name
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True))

@@ -1,0 +1,202 @@
+"""Data-parallel training on ``torch.distributed``: N processes, one global batch.
+
+Launch the same recipe with ``torchrun --nproc_per_node N -m roleagent.cli train RECIPE``
+(or ``roleagent train RECIPE --nproc N``, which runs torchrun for you). Each process:
+
+1. samples the same tasks (same seeds, same generators) and plays its contiguous share of
+   the iteration's ``tasks_per_iter × group_size`` episodes (:meth:`DataParallel.share`);
+2. gathers every rank's trajectories (``all_gather_object``) in rank order, which is the
+   single-process job order, so scores, advantages, method hooks and training samples are
+   the same on every rank;
+3. in each mini-batch computes the backward of its share of the samples
+   (:meth:`DataParallel.shard`), with the loss still divided by the mini-batch's global
+   token count, and sums the gradients over ranks (:meth:`DataParallel.all_reduce_grads`):
+   ``Σ_ranks Σ_{tokens of the rank} ℓ / n_tokens`` is the single-process token mean, so
+   clipping and the AdamW step are identical on every rank and the weights stay equal.
+
+Sampling: rank r > 0 seeds its engine with ``seed + r`` (the same seed everywhere would
+repeat rank 0's draws when a task's group is split between ranks). Files: rank 0 owns ``run_dir`` (metrics, rollouts, checkpoints, the lock). Rank r > 0
+runs in ``run_dir/ranks/rank<r>``, its own run directory, whose checkpoints hold its own
+sampling generator (its episodes differ from rank 0's) next to the same weights; a resume
+checks that every rank restarts at the same iteration.
+
+The backend is gloo on CPU and NCCL when the policy is on CUDA (``model.device``;
+``LOCAL_RANK`` picks the GPU). Evaluation panels and the SFT warm start are run by every
+rank in full (identically), not split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from roleagent.config import TrainConfig
+from roleagent.rollout import RolloutStats
+from roleagent.trainer.loop import Trainer
+
+
+def launched() -> bool:
+    """Started by torchrun (or another launcher) with more than one process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+class DataParallel:
+    """This process's place in the process group and the three collectives training needs."""
+
+    def __init__(self, *, backend: str | None = None):
+        if not dist.is_initialized():
+            if backend is None:
+                backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend=backend)
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.device = torch.device("cpu")
+        if dist.get_backend() == "nccl":
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(self.device)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def share(self, items: list) -> list:
+        """This rank's contiguous block of ``items`` (sizes differ by at most one).
+
+        Example: 5 items, 2 ranks → rank 0 gets items 0-2, rank 1 items 3-4.
+        """
+        small, extra = divmod(len(items), self.world)
+        start = self.rank * small + min(self.rank, extra)
+        stop = start + small + (self.rank < extra)
+        return items[start:stop]
+
+    def shard(self, samples: list) -> list:
+        """This rank's training samples of a mini-batch: sorted by length (stable, the
+        same on every rank) and dealt round-robin, so ranks get similar token counts.
+
+        Example: lengths [5, 1, 3, 2], 2 ranks → sorted 1, 2, 3, 5: rank 0 gets the
+        samples of lengths 1 and 3, rank 1 those of lengths 2 and 5.
+        """
+        return sorted(samples, key=lambda s: s.length)[self.rank :: self.world]
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), in rank order, on every rank."""
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, value)
+        return out
+
+    def all_reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients over ranks in one flat buffer (a rank without a gradient
+        for a parameter contributes zeros)."""
+        if not params:
+            return
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params]
+        ).to(self.device)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).to(device=p.device, dtype=p.dtype)
+            offset += n
+
+    def merge_totals(self, totals: dict[str, list[float]]) -> dict[str, list[float]]:
+        """The update's per-step metric terms of all ranks, concatenated by key (each term
+        is already weighted by its tokens' share of the mini-batch, so the sum is global)."""
+        merged: dict[str, list[float]] = {}
+        for part in self.gather(totals):
+            for key, values in part.items():
+                merged.setdefault(key, []).extend(values)
+        return merged
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class ShardedCollector:
+    """Wraps a collector: plays this rank's share of the jobs, returns everyone's
+    trajectories in job order (rank order), the stats summed over ranks (times: the
+    slowest rank's)."""
+
+    def __init__(self, inner, dp: DataParallel):
+        self.inner, self.dp = inner, dp
+
+    def collect(self, jobs, progress=None):
+        trajectories, stats = self.inner.collect(self.dp.share(jobs), progress=progress)
+        parts = self.dp.gather((trajectories, stats))
+        merged = RolloutStats()
+        for _, part in parts:
+            for f in dataclasses.fields(RolloutStats):
+                value = getattr(part, f.name)
+                if f.name.endswith("_s"):
+                    setattr(merged, f.name, max(getattr(merged, f.name), value))
+                elif isinstance(value, dict):
+                    for key, v in value.items():
+                        merged.timings[key] = max(merged.timings.get(key, 0.0), v)
+                else:
+                    setattr(merged, f.name, getattr(merged, f.name) + value)
+        return [t for part, _ in parts for t in part], merged
+
+
+def rank_config(cfg: TrainConfig, rank: int) -> TrainConfig:
+    """Rank 0's config unchanged; rank r > 0 gets its own run directory, no TensorBoard."""
+    if rank == 0:
+        return cfg
+    run_dir = str(Path(cfg.run_dir) / "ranks" / f"rank{rank}")
+    return dataclasses.replace(cfg, run_dir=run_dir, tensorboard=False)
+
+
+class DistributedTrainer(Trainer):
+    """:class:`~roleagent.trainer.loop.Trainer` on every rank of a process group, which is
+    initialised from the launcher's environment (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) unless it already is."""
+
+    def __init__(self, cfg: TrainConfig, *, resume: bool = True, quiet: bool = False, backend: str | None = None):
+        self.dp = DataParallel(backend=backend)
+        self.world_size = self.dp.world  # environment slots for this rank's share of the episodes
+        if self.dp.device.type == "cuda" and cfg.model.device in ("auto", "cuda"):
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device=str(self.dp.device)))
+        super().__init__(rank_config(cfg, self.dp.rank), resume=resume, quiet=quiet or not self.dp.is_main)
+        if self.dp.rank > 0 and self.resumed_from is None:  # rollouts of one group split over
+            self.engine.seed(cfg.seed + self.dp.rank)  # ranks must not repeat each other's draws
+        starts = self.dp.gather(self.start_iteration)
+        if len(set(starts)) > 1:
+            self.close()
+            raise RuntimeError(
+                f"ranks would resume at different iterations {starts} (a checkpoint of some rank "
+                "is missing); restart with --no-resume or remove the newer checkpoints"
+            )
+
+    def _build_stages(self, cfg: TrainConfig) -> None:
+        super()._build_stages(cfg)
+        self.collector = ShardedCollector(self.collector, self.dp)
+
+    def reset_objective(self) -> None:
+        super().reset_objective()
+        updater = getattr(self.objective, "updater", None)
+        if updater is not None:  # another objective trains every rank on the whole batch
+            updater.data_parallel = self.dp
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.dp.close()
+
+
+def torchrun(nproc: int, train_args: list[str]) -> int:
+    """Run ``roleagent train TRAIN_ARGS`` under torchrun with ``nproc`` processes on this
+    machine (``--standalone``: a local rendezvous); returns its exit status."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    return subprocess.call([*command, "-m", "roleagent.cli", "train", *train_args])
