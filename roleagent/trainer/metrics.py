@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from roleagent.methods.role_agent.aiw.analysis import point_biserial
+from roleagent.trainer.advantages import state_group_sizes, zero_variance_fraction
 from roleagent.types import Trajectory
 
 
@@ -129,4 +130,34 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         out[f"{prefix}wia_score"] = float(np.mean(per_traj))
         # Role-Agent App. B.2: point-biserial correlation of the predictive reward with success.
         out[f"{prefix}wia_success_corr"] = point_biserial(per_traj, successes)[0]
+    return out
+
+
+def advantage_metrics(batch, estimate) -> dict[str, float]:
+    """What the advantage estimator computed for an iteration's batch (a
+    :class:`roleagent.trainer.advantages.StepBatch` and its final
+    :class:`~roleagent.trainer.advantages.Advantages`, after the methods' adjustments):
+
+    - ``train/zero_variance_groups``: share of episode groups with one score (no GRPO signal);
+    - ``train/advantage_abs_mean`` / ``train/advantage_std``: mean |A| and std of A per step;
+    - ``train/advantage_<part>_abs_mean``: mean |part| per named part (``episode``, ``step``);
+    - ``train/anchor_group_size_mean``: step samples per state (anchor) group, and
+      ``train/anchor_grouped_step_frac``: share of steps in a group of more than one member
+      (GiGPO's step credit, Feng et al., 2025, arXiv 2505.10978, is 0 in a group of one).
+
+    Worked example: state groups ``[0, 1, 0]`` → sizes ``[2, 1, 2]``: 3 steps in 2 groups,
+    mean size 1.5, grouped fraction 2/3.
+    """
+    value = np.asarray(estimate.value, dtype=np.float64)
+    out = {
+        "train/zero_variance_groups": zero_variance_fraction(batch),
+        "train/advantage_abs_mean": float(np.abs(value).mean()) if len(value) else 0.0,
+        "train/advantage_std": float(value.std()) if len(value) else 0.0,
+    }
+    for name, part in estimate.parts.items():
+        out[f"train/advantage_{name}_abs_mean"] = float(np.abs(part).mean()) if len(part) else 0.0
+    if estimate.state_group is not None and len(estimate.state_group):
+        sizes = state_group_sizes(estimate.state_group)
+        out["train/anchor_group_size_mean"] = float(len(sizes) / len(np.unique(estimate.state_group)))
+        out["train/anchor_grouped_step_frac"] = float(np.mean(sizes > 1))
     return out
