@@ -59,22 +59,25 @@ def line_chart(title: str, series: list[Series], *, x_label: str = "iteration", 
     drawn = [(i, s, pts) for i, s in enumerate(series) if (pts := _points(s))]
     if not drawn:
         return ""
+    show_legend = legend or (legend is None and len(series) > 1)
+    top = TOP + (12 * len(drawn) if show_legend else 0)  # the legend sits above the plot
+    height = HEIGHT + top - TOP
     xs = [x for _, _, pts in drawn for x, _ in pts]
     ys = [y for _, _, pts in drawn for _, y in pts]
     y_ticks = nice_ticks(min(ys), max(ys)) if max(ys) > min(ys) else [min(ys) - 1, min(ys), min(ys) + 1]
     x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y_lo, y_hi = y_ticks[0], y_ticks[-1]
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, height - top - BOTTOM
 
     def px(x: float) -> float:
         return LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w
 
     def py(y: float) -> float:
-        return TOP + plot_h - (y - y_lo) / (y_hi - y_lo) * plot_h
+        return top + plot_h - (y - y_lo) / (y_hi - y_lo) * plot_h
 
     parts = [
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">',
         f'<text x="{LEFT}" y="15" class="title">{escape(title)}</text>',
     ]
     for tick in y_ticks:
@@ -82,10 +85,10 @@ def line_chart(title: str, series: list[Series], *, x_label: str = "iteration", 
         parts.append(f'<text x="{LEFT - 4}" y="{py(tick) + 3:.1f}" class="tick" text-anchor="end">{_fmt(tick)}</text>')
     for tick in sorted({min(xs), max(xs), *(t for t in nice_ticks(x_lo, x_hi) if x_lo <= t <= x_hi)}):
         parts.append(
-            f'<text x="{px(tick):.1f}" y="{HEIGHT - BOTTOM + 13}" class="tick" text-anchor="middle">{_fmt(tick)}</text>'
+            f'<text x="{px(tick):.1f}" y="{height - BOTTOM + 13}" class="tick" text-anchor="middle">{_fmt(tick)}</text>'
         )
     parts.append(
-        f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 4}" class="axis" text-anchor="middle">{x_label}</text>'
+        f'<text x="{LEFT + plot_w / 2:.1f}" y="{height - 4}" class="axis" text-anchor="middle">{x_label}</text>'
     )
     for i, s, pts in drawn:
         colour = COLOURS[i % len(COLOURS)]
@@ -96,9 +99,9 @@ def line_chart(title: str, series: list[Series], *, x_label: str = "iteration", 
                 f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}">'
                 f"<title>{escape(s.label)}: {x_label} {_fmt(x)} → {y:.4g}</title></circle>"
             )
-    if legend or (legend is None and len(series) > 1):
+    if show_legend:
         for row, (i, s, _) in enumerate(drawn):
-            y = TOP + 10 + 12 * row
+            y = TOP - 2 + 12 * row
             parts.append(f'<rect x="{LEFT + 6}" y="{y - 7}" width="10" height="3" fill="{COLOURS[i % len(COLOURS)]}"/>')
             parts.append(f'<text x="{LEFT + 20}" y="{y}" class="legend">{escape(s.label)}</text>')
     parts.append("</svg>")
