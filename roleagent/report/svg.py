@@ -32,12 +32,8 @@ def nice_ticks(low: float, high: float, count: int = 4) -> list[float]:
     raw = (high - low) / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    start = math.floor(low / step) * step
-    ticks, value = [], start
-    while value < high + step * 0.5:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
+    first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
+    return [round(k * step, 12) + 0.0 for k in range(first, last + 1)]
 
 
 def _points(series: Series) -> list[tuple[float, float]]:
