@@ -124,7 +124,10 @@ def group_lines(group: list[tuple[int, dict]], width: int) -> list[str]:
             cells.append(cell)
         rows.append("-" * ((width + 3) * len(group) - 3) + f" t={t}")
         for k in range(max(len(c) for c in cells)):
-            rows.append(" | ".join((c[k] if k < len(c) else "").ljust(width) for c in cells).rstrip())
+            texts = [c[k] if k < len(c) else "" for c in cells]
+            while texts and not texts[-1]:  # no separators after the last non-blank column
+                texts.pop()
+            rows.append(" | ".join(text.ljust(width) for text in texts).rstrip())
     return rows
 
 
