@@ -27,7 +27,14 @@ def test_nice_ticks_docstring_examples():
 
 
 def test_eval_x_places_labels_on_the_iteration_axis():
-    assert [eval_x(label, 10) for label in ("before", "base", "sft", "iter4", "after", "odd")] == [0, 0, 0, 4, 10, None]
+    assert [eval_x(label, 10) for label in ("before", "base", "sft", "iter4", "after", "odd")] == [
+        0,
+        -1,
+        0,
+        4,
+        10,
+        None,
+    ]
 
 
 def test_line_chart_escapes_text_and_skips_nonfinite_points():

@@ -83,7 +83,7 @@ def test_report_runs_in_chromium_with_plots_and_rollout_browser(report, tmp_path
         assert f'aria-label="{title}"' in dom, title
     assert "failures recorded per type" in dom  # Agent-In-World's failure modes
     assert dom.count('class="rollout-col') == 2  # a task of the last dump: G = 2 rollouts side by side
-    assert "state group #" in dom and "A " in dom  # the step cards show what the algorithm computed
+    assert "state group #" in dom and "A = " in dom and "(episode " in dom  # what the algorithm computed
 
 
 def test_hostile_rollout_text_stays_text(runs, tmp_path):

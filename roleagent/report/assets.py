@@ -72,8 +72,10 @@ JS = r"""
     var reward = "reward " + num(step.reward) + (step.penalty ? " (penalty " + num(step.penalty) + ")" : "");
     kv(card, "", reward);
     if (algo) {
-      kv(card, "A", num(algo.advantage) + (algo.episode !== undefined ? "  = episode " + num(algo.episode) : "") +
-        (algo.step !== undefined ? "  step " + num(algo.step) : ""), signed(algo.advantage));
+      var parts = [];
+      if (algo.episode !== undefined) { parts.push("episode " + num(algo.episode)); }
+      if (algo.step !== undefined) { parts.push("step " + num(algo.step)); }
+      kv(card, "A =", num(algo.advantage) + (parts.length ? "  (" + parts.join(", ") + ")" : ""), signed(algo.advantage));
       if (algo.state_group !== undefined) {
         kv(card, "state group", "#" + algo.state_group + (algo.state_group_size !== undefined ? " (size " + algo.state_group_size + ")" : ""));
       }
@@ -148,6 +150,12 @@ JS = r"""
       var wins = g.items.filter(function (x) { return x.traj.success; }).length;
       return g.items[0].traj.task_id + " (" + wins + "/" + g.items.length + " won)";
     }));
+    // open on the first task whose rollouts disagree (where the advantages are not all 0)
+    var mixed = state.groups.findIndex(function (g) {
+      var wins = g.items.filter(function (x) { return x.traj.success; }).length;
+      return wins > 0 && wins < g.items.length;
+    });
+    taskSel.value = String(Math.max(mixed, 0));
     render();
   }
 
@@ -167,6 +175,8 @@ JS = r"""
   taskSel.addEventListener("change", render);
   fill(runSel, data.runs, data.runs.map(function (r) { return r.name; }));
   if (data.runs.length) { chooseRun(); }
+  var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+  if (target) { target.scrollIntoView(); }  // the browser's rollouts are drawn after the page loaded
   document.body.setAttribute("data-ready", "1");
 })();
 """

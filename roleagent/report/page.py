@@ -78,9 +78,12 @@ def _curve(runs: list[RunData], key: str) -> str:
 
 
 def eval_x(label: str, iterations: int) -> int | None:
-    """Where an evaluation sits on the iteration axis: ``before``/``base``/``sft`` → 0,
-    ``iter5`` → 5, ``after`` → the run's iterations; other labels have no place (None)."""
-    if label in ("before", "base", "sft"):
+    """Where an evaluation sits on the iteration axis: ``base`` (a warm-started run's
+    model before SFT) → -1, ``before``/``sft`` → 0, ``iter5`` → 5, ``after`` → the run's
+    iterations; other labels have no place (None)."""
+    if label == "base":
+        return -1
+    if label in ("before", "sft"):
         return 0
     if label == "after":
         return iterations

@@ -78,7 +78,7 @@ def line_chart(title: str, series: list[Series], *, x_label: str = "iteration", 
     ]
     for tick in y_ticks:
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{py(tick):.1f}" y2="{py(tick):.1f}" class="grid"/>')
-        parts.append(f'<text x="{LEFT - 4}" y="{py(tick) + 3:.1f}" class="tick" text-anchor="end">{_fmt(tick)}</text>')
+        parts.append(f'<text x="{LEFT - 4}" y="{py(tick) + 3:.1f}" class="tick" text-anchor="end">{tick:.6g}</text>')
     for tick in sorted({min(xs), max(xs), *(t for t in nice_ticks(x_lo, x_hi) if x_lo <= t <= x_hi)}):
         parts.append(
             f'<text x="{px(tick):.1f}" y="{height - BOTTOM + 13}" class="tick" text-anchor="middle">{_fmt(tick)}</text>'
