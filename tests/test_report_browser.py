@@ -53,8 +53,9 @@ def runs(tmp_path_factory):
         instruction=HOSTILE,
         final_observation=HOSTILE,
     )
+    lost = Trajectory(hostile.task, steps=hostile.steps, success=False, instruction=HOSTILE)  # a mixed group
     dump = hostile_dir / "rollouts" / "iter_000000.jsonl"
-    dump.write_text(json.dumps(hostile.to_json()) + "\n" + dump.read_text())
+    dump.write_text("".join(json.dumps(t.to_json()) + "\n" for t in (hostile, lost)) + dump.read_text())
     return root, run_dir, hostile_dir
 
 
@@ -88,14 +89,14 @@ def test_report_runs_in_chromium_with_plots_and_rollout_browser(report, tmp_path
 
 def test_hostile_rollout_text_stays_text(runs, tmp_path):
     root, _, hostile_dir = runs
-    page = write_report([hostile_dir], root / "hostile.html")  # its first group is the hostile rollout
+    page = write_report([hostile_dir], root / "hostile.html")  # the browser opens on the hostile group
     result = chromium(tmp_path, "--dump-dom", page.as_uri())
     dom = result.stdout
-    assert 'data-ready="1"' in dom and dom.count('class="rollout-col') == 1
+    assert 'data-ready="1"' in dom and dom.count('class="rollout-col') == 2
     assert dom.count("<script") == 2  # the data block and the browser's own script, nothing injected
     assert "<img" not in dom
     shown = dom[dom.index('id="rb-view"') :]
-    assert shown.count("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # action, observation...
+    assert shown.count("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # actions, observations...
     assert console_errors(result.stderr) == []
 
 
