@@ -19,6 +19,8 @@ fi
 
 if [[ "${1:-}" == "--all" ]]; then
   "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld]"
+  # report_to: wandb / trackio (tests use their offline / local modes); about 2 minutes together.
+  "$PY" -m pip install -q -e ".[trackers]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
   # Headless Chromium for the HTML report's browser test (tests/test_report_browser.py);

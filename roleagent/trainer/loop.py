@@ -116,7 +116,7 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
         self._build_stages(cfg)
-        self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
+        self.metrics = MetricsWriter.from_config(cfg)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
         self.resumed_from: Path | None = None
