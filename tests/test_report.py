@@ -154,3 +154,36 @@ def test_advantage_metrics_without_state_groups_has_no_anchor_keys():
     trajectories = [Trajectory(Task("t0", "x"), steps=[Step("o", "s", "a", "a", True, reward=1.0)])]
     metrics = advantage_metrics(StepBatch.from_trajectories(trajectories), Advantages(np.array([0.0])))
     assert "train/anchor_group_size_mean" not in metrics and metrics["train/zero_variance_groups"] == 1.0
+
+
+def test_cli_report_of_a_run_with_an_older_dump(tmp_path, capsys):
+    """A dump written before ``state_group_size`` existed (as the ALFWorld reference run's)
+    still loads with ``Trajectory.from_json`` and goes into the report."""
+    from roleagent.cli import main
+
+    run_dir = tmp_path / "old_run"
+    (run_dir / "rollouts").mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({"iteration": 0, "train/success": 0.5, "update/kl": None}) + "\n" + '{"torn": \n'
+    )
+    step = {
+        "observation": "o",
+        "state_key": "o",
+        "action_text": "go",
+        "action": "go",
+        "valid": True,
+        "reward": 0.0,
+        "penalty": 0.0,
+        "done": True,
+        "info": {},
+        "extras": {"algo": {"advantage": 0.5, "state_group": 3}},
+    }
+    old = {"task_id": "t/1", "env": "x", "seed": 1, "success": False, "return": 0.0, "steps": [step]}  # fmt: skip
+    (run_dir / "rollouts" / "iter_000000.jsonl").write_text(json.dumps(old) + "\n")
+    assert Trajectory.from_json(old).steps[0].extras["algo"] == {"advantage": 0.5, "state_group": 3}
+    assert main(["report", str(run_dir)]) == 0
+    page = (run_dir / "report.html").read_text()
+    assert f"report: {run_dir / 'report.html'}" in capsys.readouterr().out
+    assert 'aria-label="train/success"' in page and '"state_group": 3' in page
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no metrics.jsonl" in capsys.readouterr().err
