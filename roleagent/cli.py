@@ -182,7 +182,7 @@ def _report(args: argparse.Namespace) -> int:
     except ReportError as error:
         print(f"report error: {error}", file=sys.stderr)
         return 2
-    print(f"report: {out}")
+    print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MiB)")
     return 0
 
 
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write a self-contained HTML report of one or more runs")
     report.add_argument("runs", nargs="+", help="run directories (overlaid in every chart)")
     report.add_argument("--out", help="HTML file to write (default: FIRST_RUN/report.html)")
-    report.add_argument("--max-files", type=int, default=20, help="last iteration rollout dumps per run in the browser")
+    report.add_argument("--max-files", type=int, default=10, help="last iteration rollout dumps per run in the browser")
     report.add_argument("--max-chars", type=int, default=1500, help="longest observation/generation text kept")
     report.set_defaults(func=_report)
 

@@ -36,7 +36,7 @@ def view_run(
             records = _load(path)
             success = sum(r["success"] for r in records)
             print(f"  {path.stem:20s} {len(records):4d} trajectories, {success} successful")
-        print("show one file with --file NAME, one trajectory with --index K")
+        print("show one file with --file NAME, one trajectory with --index K, a task's rollouts with --group TASK_ID")
         return 0
     path = rollouts / f"{Path(file).stem}.jsonl"
     if not path.exists():

@@ -183,7 +183,21 @@ def test_cli_report_of_a_run_with_an_older_dump(tmp_path, capsys):
     assert Trajectory.from_json(old).steps[0].extras["algo"] == {"advantage": 0.5, "state_group": 3}
     assert main(["report", str(run_dir)]) == 0
     page = (run_dir / "report.html").read_text()
-    assert f"report: {run_dir / 'report.html'}" in capsys.readouterr().out
+    assert f"report: {run_dir / 'report.html'} (" in capsys.readouterr().out
     assert 'aria-label="train/success"' in page and '"state_group": 3' in page
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_rollout_files_keep_every_eval_and_the_last_iterations(tmp_path):
+    from roleagent.report.data import rollout_files
+
+    (tmp_path / "rollouts").mkdir()
+    for name in ("iter_000000", "iter_000001", "iter_000002", "iter_000003", "eval_after"):
+        (tmp_path / "rollouts" / f"{name}.jsonl").write_text("")
+    kept, skipped = rollout_files(tmp_path, 2)
+    assert [f.stem for f in kept] == ["eval_after", "iter_000002", "iter_000003"]
+    assert [f.stem for f in skipped] == ["iter_000000", "iter_000001"]
+    assert [f.stem for f in rollout_files(tmp_path, 0)[0]] == ["eval_after"]
+    record = {"steps": [{"observation": "o", "action_text": "a", "action": "a", "extras": {"chat": {"m": "x"}}}]}
+    assert slim_trajectory(record, 10)["steps"][0]["extras"] == {}  # prompt chats stay off the page

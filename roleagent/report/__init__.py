@@ -15,7 +15,7 @@ __all__ = ["ReportError", "RunData", "load_run", "render_page", "write_report"]
 
 
 def write_report(
-    runs: list[Path], out: Path | None = None, *, max_files: int = 20, max_chars: int = 1500, title: str = ""
+    runs: list[Path], out: Path | None = None, *, max_files: int = 10, max_chars: int = 1500, title: str = ""
 ) -> Path:
     """Write the report of ``runs`` to ``out`` (default: ``<first run>/report.html``) and
     return its path. ``max_files``: the last iteration rollout dumps shown per run (all

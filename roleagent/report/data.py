@@ -4,7 +4,7 @@
 Rollouts are shortened for the page (:func:`slim_trajectory`): long texts are cut at
 ``max_chars`` and token data is never read; everything else a step carries (the
 advantage and its parts, the state group and its size, World-In-Agent's predictions and
-scores, SEAL's weight and turn labels) is kept as it is.
+scores, SEAL's weight and turn labels) is kept as it is; the prompt chats are left out.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ import yaml
 
 #: Failure-memory columns shown with a task's rollouts.
 FAILURE_COLUMNS = ("task_id", "iteration", "dominant_type", "critical_step", "core_lesson", "detail", "source")
+
+
+#: Step records not put on the page: the prompt chat a step was generated from (whole
+#: prompts, read them with ``roleagent view --index``).
+PAGE_LEFT_OUT = frozenset({"chat"})
 
 
 class ReportError(ValueError):
@@ -86,7 +91,7 @@ def slim_trajectory(record: dict[str, Any], max_chars: int) -> dict[str, Any]:
                 "reward": _finite(step.get("reward", 0.0)),
                 "penalty": _finite(step.get("penalty", 0.0)),
                 "info": clean(info),
-                "extras": clean(step.get("extras") or {}),
+                "extras": clean({k: v for k, v in (step.get("extras") or {}).items() if k not in PAGE_LEFT_OUT}),
             }
         )
     return {
@@ -133,7 +138,7 @@ def read_failures(run: Path, limit: int = 2000) -> list[dict[str, Any]]:
     return [dict(zip(FAILURE_COLUMNS, row)) for row in rows]
 
 
-def load_run(path: Path, *, name: str | None = None, max_files: int = 20, max_chars: int = 1500) -> RunData:
+def load_run(path: Path, *, name: str | None = None, max_files: int = 10, max_chars: int = 1500) -> RunData:
     """Read one run directory; :class:`ReportError` when it has no ``metrics.jsonl``."""
     path = Path(path)
     metrics = path / "metrics.jsonl"
