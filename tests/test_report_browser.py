@@ -55,12 +55,12 @@ def runs(tmp_path_factory):
         final_observation=HOSTILE,
     )
     lost = Trajectory(hostile.task, steps=hostile.steps, success=False, instruction=HOSTILE)  # a mixed group
-    dump = hostile_dir / "rollouts" / "iter_000000.jsonl"
+    dump = hostile_dir / "rollouts" / "iter_000001.jsonl"  # the last dump: the browser opens on it
     dump.write_text("".join(json.dumps(t.to_json()) + "\n" for t in (hostile, lost)) + dump.read_text())
     with sqlite3.connect(hostile_dir / "failure_memory.sqlite") as db:  # its failure-memory entry, hostile too
         db.execute(
             "INSERT INTO failures (task_id, iteration, dominant_type, critical_step, core_lesson, detail, source,"
-            " mode_id, created) VALUES (?, 0, 'loop', 0, ?, '', 'rule', 1, 0)",
+            " mode_id, created) VALUES (?, 1, 'loop', 0, ?, '', 'rule', 1, 0)",
             (hostile.task.id, "lesson " + HOSTILE),
         )
     return root, run_dir, hostile_dir
@@ -104,7 +104,7 @@ def test_hostile_rollout_text_stays_text(runs, tmp_path):
     assert "<img" not in dom
     shown = dom[dom.index('id="rb-view"') :]
     assert shown.count("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # actions, observations...
-    assert "failure memory entries (Agent-In-World) for this task, iteration 0" in shown
+    assert "failure memory entries (Agent-In-World) for this task, iteration 1" in shown
     assert "loop @ step 0: lesson &lt;/script&gt;" in shown
     assert console_errors(result.stderr) == []
 

@@ -167,6 +167,8 @@ JS = r"""
       return a < b ? -1 : (a > b ? 1 : 0);
     });
     fill(fileSel, state.files);
+    var iterations = state.files.filter(function (f) { return iterationOf(f) !== null; }).length;
+    fileSel.value = String(Math.max(iterations - 1, 0));  // open on the latest iteration's dump
     chooseFile();
   }
 
