@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -201,3 +202,9 @@ def test_rollout_files_keep_every_eval_and_the_last_iterations(tmp_path):
     assert [f.stem for f in rollout_files(tmp_path, 0)[0]] == ["eval_after"]
     record = {"steps": [{"observation": "o", "action_text": "a", "action": "a", "extras": {"chat": {"m": "x"}}}]}
     assert slim_trajectory(record, 10)["steps"][0]["extras"] == {}  # prompt chats stay off the page
+
+
+def test_a_flat_line_gets_round_ticks_around_it():
+    svg = line_chart("flat", [Series("r", [0, 1], [0.4, 0.4])])
+    ticks = [float(t) for t in re.findall(r'text-anchor="end">([^<]+)<', svg)]
+    assert ticks == [0.2, 0.3, 0.4, 0.5, 0.6]  # nice_ticks(0.2, 0.6)

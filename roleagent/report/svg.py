@@ -31,7 +31,7 @@ def nice_ticks(low: float, high: float, count: int = 4) -> list[float]:
         return [low]
     raw = (high - low) / count
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
     first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
     return [round(k * step, 12) + 0.0 for k in range(first, last + 1)]
 
@@ -60,7 +60,8 @@ def line_chart(title: str, series: list[Series], *, x_label: str = "iteration", 
     height = HEIGHT + top - TOP
     xs = [x for _, _, pts in drawn for x, _ in pts]
     ys = [y for _, _, pts in drawn for _, y in pts]
-    y_ticks = nice_ticks(min(ys), max(ys)) if max(ys) > min(ys) else [min(ys) - 1, min(ys), min(ys) + 1]
+    spread = abs(ys[0]) / 2 or 1.0  # a flat line sits mid-chart
+    y_ticks = nice_ticks(min(ys), max(ys)) if max(ys) > min(ys) else nice_ticks(ys[0] - spread, ys[0] + spread)
     x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y_lo, y_hi = y_ticks[0], y_ticks[-1]
     plot_w, plot_h = WIDTH - LEFT - RIGHT, height - top - BOTTOM
