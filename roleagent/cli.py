@@ -8,6 +8,8 @@ roleagent sft --expert alfworld --tasks 50 --out runs/sft   # then --set model.i
 roleagent expert-data grpo_alfworld --out expert.jsonl --tasks 50
 roleagent view runs/role_agent_textcraft --failed
 roleagent view TREES_DIR                      # Agent-R search trees (tree JSON files)
+roleagent view runs/role_agent_textcraft --group TASK_ID   # a task's G rollouts side by side
+roleagent report runs/a runs/b --out report.html  # HTML report, runs overlaid
 roleagent envs
 roleagent retriever --port 8000              # Search-R1's POST /retrieve over the search corpus
 """
@@ -175,9 +177,30 @@ def _view(args: argparse.Namespace) -> int:
 
     if is_tree_path(Path(args.run)):
         return view_trees(Path(args.run))
+    if args.group:
+        from roleagent.viewer import view_group
+
+        return view_group(Path(args.run), args.group, file=args.file, width=args.width)
     return view_run(
         Path(args.run), file=args.file, task=args.task, index=args.index, failed=args.failed, memory=args.memory
     )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from roleagent.report import ReportError, write_report
+
+    try:
+        out = write_report(
+            [Path(r) for r in args.runs],
+            Path(args.out) if args.out else None,
+            max_files=args.max_files,
+            max_chars=args.max_chars,
+        )
+    except ReportError as error:
+        print(f"report error: {error}", file=sys.stderr)
+        return 2
+    print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+    return 0
 
 
 def _envs(args: argparse.Namespace) -> int:
@@ -242,7 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--index", type=int, help="show trajectory number k in full")
     view.add_argument("--failed", action="store_true", help="only failed trajectories")
     view.add_argument("--memory", action="store_true", help="show the Agent-In-World failure memory")
+    view.add_argument("--group", metavar="TASK_ID", help="a task's rollouts side by side, with their advantages")
+    view.add_argument("--width", type=int, default=34, help="column width of --group")
     view.set_defaults(func=_view)
+
+    report = sub.add_parser("report", help="write a self-contained HTML report of one or more runs")
+    report.add_argument("runs", nargs="+", help="run directories (overlaid in every chart)")
+    report.add_argument("--out", help="HTML file to write (default: FIRST_RUN/report.html)")
+    report.add_argument("--max-files", type=int, default=10, help="last iteration rollout dumps per run in the browser")
+    report.add_argument("--max-chars", type=int, default=1500, help="longest observation/generation text kept")
+    report.set_defaults(func=_report)
 
     sft = sub.add_parser("sft", help="supervised fine-tuning on chat examples (a checkpoint for model.init_from)")
     sft.add_argument("--data", help="JSONL chat examples (roleagent.sft.data)")

@@ -194,6 +194,10 @@ class TrainConfig:
     checkpoint_every: int = _f(1, "save a resumable checkpoint every k iterations")
     threads: int = _f(0, "torch CPU threads (0: all cores)")
     tensorboard: bool = _f(True, "also write TensorBoard events when tensorboard is installed")
+    report_to: list = _f(
+        ["jsonl", "tensorboard"],
+        "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio (pip install 'roleagent[trackers]')",
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -365,6 +369,9 @@ def validate(cfg: TrainConfig) -> None:
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
+    from roleagent.trainer.metrics import check_report_to
+
+    check_report_to(cfg.report_to)
     if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data:
         raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
     check_env(cfg.env.name, cfg.env.kwargs)

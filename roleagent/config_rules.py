@@ -188,6 +188,7 @@ FIELD_RULES: dict[str, Rule] = {
 FIELD_RULES.update(ASL_RULES)
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
 FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings"}  # methods: roleagent.methods.check_methods
+FREE.add("report_to")  # roleagent.trainer.metrics.check_report_to
 
 
 def fields_of(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:

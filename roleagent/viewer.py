@@ -36,7 +36,7 @@ def view_run(
             records = _load(path)
             success = sum(r["success"] for r in records)
             print(f"  {path.stem:20s} {len(records):4d} trajectories, {success} successful")
-        print("show one file with --file NAME, one trajectory with --index K")
+        print("show one file with --file NAME, one trajectory with --index K, a task's rollouts with --group TASK_ID")
         return 0
     path = rollouts / f"{Path(file).stem}.jsonl"
     if not path.exists():
@@ -58,6 +58,77 @@ def view_run(
         status = "OK  " if r["success"] else ("CRASH" if r.get("crashed") else "fail")
         print(f"{i:4d} {status} {r['task_id']:45s} steps={len(r['steps']):3d} return={r['return']:.2f}")
     return 0
+
+
+def view_group(run: Path, task_id: str, *, file: str | None = None, width: int = 34) -> int:
+    """``roleagent view RUN --group TASK_ID``: the task's rollouts in one dump (default: the
+    last iteration's) side by side, per step the action, reward, advantage with its episode
+    and step parts, and the state group with its size."""
+    rollouts = run / "rollouts"
+    files = sorted(rollouts.glob("iter_*.jsonl")) if file is None else [rollouts / f"{Path(file).stem}.jsonl"]
+    if not files or not files[-1].exists():
+        print(f"no rollout file {files[-1] if files else rollouts / 'iter_*.jsonl'}")
+        return 2
+    if width < 12:
+        print(f"--width={width}: must be >= 12")
+        return 2
+    records = [(i, r) for i, r in enumerate(_load(files[-1])) if r["task_id"] == task_id]
+    if not records:
+        tasks = sorted({r["task_id"] for r in _load(files[-1])})
+        print(f"no rollouts of task {task_id!r} in {files[-1].name}; its tasks: {', '.join(tasks)}")
+        return 2
+    by_seed: dict = {}
+    for i, r in records:
+        by_seed.setdefault(r.get("seed"), []).append((i, r))
+    for seed, group in by_seed.items():
+        print(f"{task_id} in {files[-1].name}, seed {seed}: {len(group)} rollouts")
+        print("\n".join(group_lines(group, width)))
+    return 0
+
+
+def _cell_lines(step: dict, width: int) -> list[str]:
+    """What a step shows in its column: the action, reward and advantage, the parts, the
+    state group, World-In-Agent's first prediction score."""
+    action = step["action"] if step["action"] is not None else f"(invalid) {step['action_text']!r}"
+    algo = step.get("extras", {}).get("algo", {})
+    lines = [action, f"r={step['reward']:+.2f}" + (f" A={algo['advantage']:+.3f}" if "advantage" in algo else "")]
+    parts = " ".join(f"{k[0].upper()}={algo[k]:+.3f}" for k in ("episode", "step") if k in algo)
+    if parts:
+        lines.append(parts)
+    if "state_group" in algo:
+        lines.append(
+            f"group {algo['state_group']}" + (f" (n={algo['state_group_size']})" if "state_group_size" in algo else "")
+        )
+    scores = step.get("extras", {}).get("wia", {}).get("scores", [])
+    if scores:
+        lines.append("pred score " + " ".join("nan" if x is None or x != x else f"{x:.2f}" for x in scores))
+    return [line.replace("\n", " ")[:width] for line in lines]
+
+
+def group_lines(group: list[tuple[int, dict]], width: int) -> list[str]:
+    """Rows of the side-by-side view: a header per rollout, then per step ``t`` the lines of
+    each rollout's step (blank where a rollout had already ended)."""
+    heads = []
+    for i, r in group:
+        status = "OK" if r["success"] else ("CRASH" if r.get("crashed") else "fail")
+        weight = r.get("extras", {}).get("seal", {}).get("weight")
+        heads.append(f"#{i} {status} R={r['return']:.2f}" + (f" w={weight:.2f}" if weight is not None else ""))
+    labels = [(r.get("diagnosis") or {}).get("turn_labels") or [] for _, r in group]
+    rows = [" | ".join(h[:width].ljust(width) for h in heads).rstrip()]
+    for t in range(max(len(r["steps"]) for _, r in group)):
+        cells = []
+        for (_, r), turn_labels in zip(group, labels):
+            cell = _cell_lines(r["steps"][t], width) if t < len(r["steps"]) else []
+            if t < len(turn_labels):
+                cell.append(f"SEAL {turn_labels[t]}"[:width])
+            cells.append(cell)
+        rows.append("-" * ((width + 3) * len(group) - 3) + f" t={t}")
+        for k in range(max(len(c) for c in cells)):
+            texts = [c[k] if k < len(c) else "" for c in cells]
+            while texts and not texts[-1]:  # no separators after the last non-blank column
+                texts.pop()
+            rows.append(" | ".join(text.ljust(width) for text in texts).rstrip())
+    return rows
 
 
 def _print_trajectory(index: int, r: dict) -> None:

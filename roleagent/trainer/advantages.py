@@ -163,13 +163,22 @@ def ppo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
     return Advantages(value, {"gae": raw, "returns": returns, "value": np.asarray(batch.values, dtype=np.float64)})
 
 
+def state_group_sizes(state_group: np.ndarray) -> np.ndarray:
+    """How many step samples share each sample's state group: ``[0, 1, 0]`` → ``[2, 1, 2]``."""
+    _, inverse, counts = np.unique(np.asarray(state_group), return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)]
+
+
 def write_records(batch: StepBatch, advantages: Advantages) -> None:
-    """``step.extras["algo"]``: the advantage, its parts and the state group of each step."""
+    """``step.extras["algo"]``: the advantage, its parts, the state group of each step and
+    that group's size (GiGPO's step part is 0 in a group of one)."""
+    sizes = None if advantages.state_group is None else state_group_sizes(advantages.state_group)
     for i, step in enumerate(batch.steps):
         record = {"advantage": float(advantages.value[i])}
         record.update({name: float(part[i]) for name, part in advantages.parts.items()})
-        if advantages.state_group is not None:
+        if sizes is not None:
             record["state_group"] = int(advantages.state_group[i])
+            record["state_group_size"] = int(sizes[i])
         step.extras["algo"] = record
 
 

@@ -43,7 +43,7 @@ from roleagent.evaluation import eval_splits, panel, replay_crashed
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import policy_from_config
 from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
-from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records, zero_variance_fraction
+from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records
 from roleagent.trainer.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
@@ -54,7 +54,7 @@ from roleagent.trainer.checkpoint import (
     save_checkpoint,
 )
 from roleagent.trainer.critic import build_critic
-from roleagent.trainer.metrics import MetricsWriter, reuse_metrics, rollout_metrics
+from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,
     dump_trajectories,
@@ -114,7 +114,7 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
         self._build_stages(cfg)
-        self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.tensorboard)
+        self.metrics = MetricsWriter.from_config(cfg)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
         self.resumed_from: Path | None = None
@@ -280,8 +280,7 @@ class Trainer:
             **rollout_metrics(trajectories, prefix="train/"),
             **reuse_metrics(stats),
             **{f"score/{k}": v for k, v in score_metrics.items()},
-            "train/zero_variance_groups": zero_variance_fraction(batch),
-            "train/advantage_abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
+            **advantage_metrics(batch, estimate),
             **{f"update/{k}": v for k, v in update.items()},
             **critic_metrics,
             **method_metrics,

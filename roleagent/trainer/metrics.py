@@ -1,29 +1,39 @@
-"""Metrics to ``metrics.jsonl`` (one JSON object per record) and, when installed, TensorBoard.
+"""Metrics to ``metrics.jsonl`` (one JSON object per record) and, when installed, TensorBoard,
+W&B and trackio (``report_to``, as in TRL).
 
 Exactly once across kills: a checkpoint stores :meth:`MetricsWriter.position` (byte length
 and SHA-256 of the file so far); a resumed run rewinds the file (:meth:`MetricsWriter.rewind`) to
 it, dropping records written after the checkpoint (they are written again), and a run
 started from iteration 0 resets it (:meth:`MetricsWriter.reset`). TensorBoard event files are
-append-only: a resumed run's re-done steps appear twice there (the viewer shows the last).
+append-only: a resumed run's re-done steps appear twice there (the viewer shows the last);
+so are W&B's and trackio's histories (a resumed run starts a new tracker run).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from roleagent.methods.role_agent.aiw.analysis import point_biserial
+from roleagent.trainer.advantages import state_group_sizes, zero_variance_fraction
 from roleagent.types import Trajectory
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True):
+    """``metrics.jsonl`` always; TensorBoard events (``tensorboard``, when installed); and the
+    optional trackers of ``report_to`` (:data:`TRACKERS`: ``wandb``, ``trackio``)."""
+
+    def __init__(
+        self, run_dir: Path, *, tensorboard: bool = True, report_to: Sequence[str] = (), config: dict | None = None
+    ):
         self.path = run_dir / "metrics.jsonl"
         self._tb = None
         if tensorboard:
@@ -33,6 +43,15 @@ class MetricsWriter:
                 self._tb = SummaryWriter(str(run_dir / "tensorboard"))
             except Exception:  # noqa: BLE001 - tensorboard is optional
                 self._tb = None
+        self._trackers = [TRACKERS[name](run_dir, config or {}) for name in report_to if name in TRACKERS]
+
+    @classmethod
+    def from_config(cls, cfg) -> MetricsWriter:
+        """The writer of a :class:`~roleagent.config.TrainConfig` (``report_to``, ``tensorboard``)."""
+        from roleagent.config import to_dict
+
+        tensorboard = cfg.tensorboard and "tensorboard" in cfg.report_to
+        return cls(Path(cfg.run_dir), tensorboard=tensorboard, report_to=cfg.report_to, config=to_dict(cfg))
 
     def write(self, record: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
@@ -43,6 +62,10 @@ class MetricsWriter:
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                     self._tb.add_scalar(key, value, record["iteration"])
             self._tb.flush()
+        if self._trackers:
+            scalars = tracker_scalars(record)
+            for tracker in self._trackers:
+                tracker.log(scalars)
 
     def position(self) -> dict[str, Any]:
         """``{"bytes": n, "sha256": h}`` of the file as written so far."""
@@ -84,6 +107,90 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        for tracker in self._trackers:
+            tracker.close()
+        self._trackers = []
+
+
+def tracker_scalars(record: dict[str, Any]) -> dict[str, float]:
+    """A record's finite numbers for a tracker; an evaluation record's keys name its panel
+    (``{"eval": "after", "split": "valid_seen", "eval/success": 0.5}`` →
+    ``{"eval/valid_seen/success": 0.5}``), an iteration record keeps ``iteration``."""
+    split = record.get("split")
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[key.replace("eval/", f"eval/{split}/", 1) if split and key.startswith("eval/") else key] = value
+    return out
+
+
+class WandbTracker:
+    """Weights & Biases (``pip install 'roleagent[trackers]'``); ``WANDB_MODE=offline``
+    writes the run under ``run_dir/wandb`` without a network; ``WANDB_PROJECT`` names the
+    project (default ``roleagent``)."""
+
+    def __init__(self, run_dir: Path, config: dict):
+        import wandb
+
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "roleagent"),
+            name=Path(run_dir).name,
+            dir=str(run_dir),
+            config=config,
+            reinit=True,
+        )
+
+    def log(self, scalars: dict[str, float]) -> None:
+        self.run.log(scalars)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class TrackioTracker:
+    """trackio (``pip install 'roleagent[trackers]'``): a local, W&B-compatible tracker;
+    runs are kept in its local database (``TRACKIO_DIR``), project ``TRACKIO_PROJECT``
+    (default ``roleagent``)."""
+
+    def __init__(self, run_dir: Path, config: dict):
+        import trackio
+
+        self.run = trackio.init(
+            project=os.environ.get("TRACKIO_PROJECT", "roleagent"),
+            name=Path(run_dir).name,
+            config=config,
+            auto_log_cpu=False,  # no background sampling thread
+            auto_log_gpu=False,
+        )
+
+    def log(self, scalars: dict[str, float]) -> None:
+        self.run.log(scalars)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+#: Optional trackers of ``report_to`` (module to import, class); ``jsonl`` is always written
+#: and ``tensorboard`` is the writer's own.
+TRACKERS = {"wandb": WandbTracker, "trackio": TrackioTracker}
+REPORT_TO = ("jsonl", "tensorboard", *TRACKERS)
+
+
+def check_report_to(report_to: Sequence[str]) -> None:
+    """``report_to`` names known sinks, once each, with ``jsonl`` (the run's own record,
+    which resuming relies on); a tracker's package is installed. Raises ``ConfigError``."""
+    from roleagent.fields import ConfigError
+
+    unknown = [name for name in report_to if name not in REPORT_TO]
+    if unknown:
+        raise ConfigError(f"report_to: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(REPORT_TO)}")
+    if len(set(report_to)) != len(report_to):
+        raise ConfigError(f"report_to={list(report_to)}: a sink is named twice")
+    if "jsonl" not in report_to:
+        raise ConfigError("report_to must include 'jsonl': metrics.jsonl is the run's record (checkpoints rely on it)")
+    for name in report_to:
+        if name in TRACKERS and importlib.util.find_spec(name) is None:
+            raise ConfigError(f"report_to: {name} is not installed: pip install 'roleagent[trackers]'")
 
 
 def reuse_metrics(stats) -> dict[str, float]:
@@ -129,4 +236,34 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         out[f"{prefix}wia_score"] = float(np.mean(per_traj))
         # Role-Agent App. B.2: point-biserial correlation of the predictive reward with success.
         out[f"{prefix}wia_success_corr"] = point_biserial(per_traj, successes)[0]
+    return out
+
+
+def advantage_metrics(batch, estimate) -> dict[str, float]:
+    """What the advantage estimator computed for an iteration's batch (a
+    :class:`roleagent.trainer.advantages.StepBatch` and its final
+    :class:`~roleagent.trainer.advantages.Advantages`, after the methods' adjustments):
+
+    - ``train/zero_variance_groups``: share of episode groups with one score (no GRPO signal);
+    - ``train/advantage_abs_mean`` / ``train/advantage_std``: mean |A| and std of A per step;
+    - ``train/advantage_<part>_abs_mean``: mean |part| per named part (``episode``, ``step``);
+    - ``train/anchor_group_size_mean``: step samples per state (anchor) group, and
+      ``train/anchor_grouped_step_frac``: share of steps in a group of more than one member
+      (GiGPO's step credit, Feng et al., 2025, arXiv 2505.10978, is 0 in a group of one).
+
+    Worked example: state groups ``[0, 1, 0]`` → sizes ``[2, 1, 2]``: 3 steps in 2 groups,
+    mean size 1.5, grouped fraction 2/3.
+    """
+    value = np.asarray(estimate.value, dtype=np.float64)
+    out = {
+        "train/zero_variance_groups": zero_variance_fraction(batch),
+        "train/advantage_abs_mean": float(np.abs(value).mean()) if len(value) else 0.0,
+        "train/advantage_std": float(value.std()) if len(value) else 0.0,
+    }
+    for name, part in estimate.parts.items():
+        out[f"train/advantage_{name}_abs_mean"] = float(np.abs(part).mean()) if len(part) else 0.0
+    if estimate.state_group is not None and len(estimate.state_group):
+        sizes = state_group_sizes(estimate.state_group)
+        out["train/anchor_group_size_mean"] = float(len(sizes) / len(np.unique(estimate.state_group)))
+        out["train/anchor_grouped_step_frac"] = float(np.mean(sizes > 1))
     return out
