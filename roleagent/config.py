@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from roleagent.engine.openai import ServerConfig
 from roleagent.fields import ConfigError, _f
 from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
@@ -52,6 +53,7 @@ class ModelConfig:
         "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
         "roleagent.engines, or module:Class",
     )
+    server: ServerConfig = field(default_factory=ServerConfig)  # model.engine=openai (docs/engines.md)
 
 
 @dataclass
@@ -381,6 +383,9 @@ def validate(cfg: TrainConfig) -> None:
     except PluginError as error:
         raise ConfigError(f"model.engine: {error}") from None
 
+    from roleagent.engine.openai import check_server_config
+
+    check_server_config(cfg)
     check_estimator(cfg.algo.name)
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
     if r.group_size < 2 and all(cls.uses_advantages for cls in method_classes(cfg)):
