@@ -41,7 +41,7 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from roleagent.evaluation import format_table, panel, run_expert_episodes, success_by_type
 
-    overrides = list(args.set)
+    overrides = ["iterations=0", *args.set]  # evaluation never trains (model.engine=openai cannot)
     if args.run:
         config_path = Path(args.run) / "config.yaml"
         if not config_path.exists():
