@@ -63,7 +63,9 @@ def _eval(args: argparse.Namespace) -> int:
 
         memory = args.memory or str(Path(args.out) / "reflexion.sqlite")
         splits = [cfg.env.eval_split] if args.split else None
-        rows = evaluate_baseline(cfg, args.policy, splits=splits, workers=args.workers, trials=args.trials, memory=memory)
+        rows = evaluate_baseline(
+            cfg, args.policy, splits=splits, workers=args.workers, trials=args.trials, memory=memory
+        )
         print(format_table(rows, title=f"{cfg.env.name} success (%)"))
         return 0
     if args.policy == "expert":
