@@ -28,6 +28,8 @@ def expert_examples(pool: EnvPool, tasks: list[Task], train_split: str, seed: in
         return {}
     jobs = [(task, seed) for task in chosen.values()]
     played = run_expert_episodes(pool, jobs, max_steps=pool.meta.max_steps)
+    if any("messages" in (s.info or {}) for t in played for s in t.steps):
+        return {}  # a conversational environment (BFCL): its ReAct prompt is its chat, zero-shot
     return {kind: example_text(t) for kind, t in zip(chosen, played) if t.success}
 
 
