@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roleagent.evaluation import eval_splits, panel, success_by_type
+from roleagent.evaluation import eval_splits, panel, replay_crashed, success_by_type
 
 
 def evaluate_baseline(
@@ -17,7 +17,7 @@ def evaluate_baseline(
 ) -> dict[str, dict[str, float]]:
     """Table rows (label → success by type) of ``policy`` ("react" | "reflexion")."""
     from roleagent.baselines.reflexion import ReflectionMemory, run_reflexion
-    from roleagent.baselines.runner import expert_examples, play
+    from roleagent.baselines.runner import expert_examples
     from roleagent.engine import SamplingParams, create_engine
     from roleagent.envs.workers import EnvPool
     from roleagent.models.loading import policy_from_config
@@ -45,11 +45,7 @@ def evaluate_baseline(
             examples = expert_examples(pool, tasks, cfg.env.train_split, cfg.eval.seed)
             jobs = [(task, cfg.eval.seed) for task in tasks]
 
-            def run(wave, reflections=lambda task: [], examples=examples):
-                return play(
-                    engine, pool, wave, max_steps=max_steps, params=params, examples=examples, reflections=reflections
-                )
-
+            run = _player(engine, pool, max_steps, params, examples, cfg.eval.crash_retries)
             if policy == "react":
                 rows[f"react {split}"] = success_by_type(run(jobs), columns)
                 continue
@@ -63,3 +59,19 @@ def evaluate_baseline(
             for k, trajectories in enumerate(per_trial, 1):
                 rows[f"reflexion {split} after trial {k}"] = success_by_type(trajectories, columns)
     return rows
+
+
+def _player(engine, pool, max_steps, params, examples, retries):
+    """``run(jobs, reflections)``: the episodes of ``jobs``, crashed ones replayed up to
+    ``retries`` times as for trained policies (:func:`roleagent.evaluation.replay_crashed`)."""
+    from roleagent.baselines.runner import play
+
+    def run(jobs, reflections=lambda task: []):
+        def once(wave):
+            return play(
+                engine, pool, wave, max_steps=max_steps, params=params, examples=examples, reflections=reflections
+            )
+
+        return replay_crashed(once, jobs, retries)[0]
+
+    return run

@@ -65,7 +65,9 @@ def _wave(engine, pool, wave, max_steps, params, examples, reflections, history)
     trajectories, episodes = [], []
     for (task, seed), reply in zip(wave, replies):
         info = reply.info or {}
-        trajectories.append(Trajectory(task=task, seed=seed, instruction=info.get("instruction", "")))
+        trajectories.append(
+            Trajectory(task=task, seed=seed, instruction=info.get("instruction", ""), crashed=reply.crashed)
+        )
         transcript = info.get("messages")
         episodes.append(
             Episode(
