@@ -127,6 +127,21 @@ def test_tokens_are_what_the_server_returned(scripted):
     assert engine.generated_tokens == 3 and engine.prompt_tokens == 3
 
 
+def test_a_strict_server_is_asked_without_vllm_fields(scripted):
+    handler, url = scripted
+    engine = _engine(url, mode="tokens")
+    handler.replies["/v1/completions"] = (422, {"detail": "Unexpected fields"})
+    with pytest.raises(EngineError, match="HTTP 422"):
+        engine.generate([[1]], SamplingParams(max_new_tokens=1))
+    assert "return_token_ids" in handler.seen[0][1] and "return_token_ids" not in handler.seen[1][1]
+    handler.replies["/v1/completions"] = (
+        200,
+        {"choices": [{"text": "a", "logprobs": {"content": [{"id": 97, "logprob": -1.5}]}}]},
+    )
+    [g] = engine.generate([[1]], SamplingParams(max_new_tokens=1))
+    assert (g.ids, g.logprobs, g.text) == ([97], [-1.5], "a") and "return_token_ids" not in handler.seen[2][1]
+
+
 def test_auto_falls_back_to_text_and_keeps_the_chat(scripted):
     handler, url = scripted
     handler.replies["/v1/completions"] = (400, {"detail": "prompt must be a string."})

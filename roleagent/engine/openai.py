@@ -7,7 +7,8 @@ Two modes (``model.server.mode``):
   ``logprobs: 1``. ``Generation.ids`` / ``logprobs`` are what the server returned: the
   ids from ``choices[0].token_ids`` (vLLM ``return_token_ids``), or
   ``logprobs.content[i].id`` (llama.cpp), or ``logprobs.tokens`` written
-  ``token_id:N`` (vLLM ``return_tokens_as_token_ids``); the log-probs from
+  ``token_id:N`` (vLLM ``return_tokens_as_token_ids``; the two vLLM fields are sent
+  until a server refuses them, then left out); the log-probs from
   ``logprobs.token_logprobs`` or ``logprobs.content[i].logprob``. They are the
   server's log-probs: llama.cpp and vLLM (by default) report the model's raw
   distribution, i.e. at temperature 1, whatever the sampling temperature.
@@ -88,6 +89,8 @@ class OpenAIEngine:
         self.generated_tokens = 0
         self.prompt_tokens = 0
         self.mode = server.mode
+        # vLLM returns token ids only when asked; a server that refuses the fields is asked without
+        self._token_fields = {"return_token_ids": True, "return_tokens_as_token_ids": True}
         self._seed, self._calls = 0, 0
         self._chats: OrderedDict[tuple[int, ...], tuple[list[dict], str]] = OrderedDict()
         key = os.environ.get(server.api_key_env, "") if server.api_key_env else ""
@@ -205,8 +208,14 @@ class OpenAIEngine:
 
     def _by_tokens(self, prompt: list[int], seed: int, params: SamplingParams) -> Generation:
         body = {"model": self.model, "prompt": list(prompt), "logprobs": 1, **self._sampling(params, seed)}
-        body.update(return_token_ids=True, return_tokens_as_token_ids=True)  # vLLM; others ignore them
-        choice = self._choice(self._request("/completions", body))
+        try:
+            reply = self._request("/completions", {**body, **self._token_fields})
+        except ServerRefused:
+            if not self._token_fields:
+                raise
+            self._token_fields = {}  # a strict server refuses vLLM's fields: ask without them
+            reply = self._request("/completions", body)
+        choice = self._choice(reply)
         ids, logprobs = reply_tokens(choice)
         keep = stop_index(self.tokenizer, ids, params.stop)
         cut = keep is not None
