@@ -4,6 +4,7 @@ roleagent train role_agent_textcraft --set iterations=3 --set optim.lr=1e-4
 roleagent train --explain                     # every config key with its help
 roleagent eval --run runs/role_agent_textcraft  # latest checkpoint on its panel
 roleagent eval --env alfworld --policy expert --split valid_seen
+roleagent eval --env alfworld --policy react --max-tasks 6 --set threads=1   # also: reflexion --trials 3
 roleagent sft --expert alfworld --tasks 50 --out runs/sft   # then --set model.init_from=runs/sft/final
 roleagent expert-data grpo_alfworld --out expert.jsonl --tasks 50
 roleagent view runs/role_agent_textcraft --failed
@@ -59,7 +60,7 @@ def _export(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from roleagent.evaluation import format_table, panel, run_expert_episodes, success_by_type
 
-    overrides = list(args.set)
+    overrides = ["iterations=0", *args.set]  # evaluation never trains (model.engine=openai cannot)
     if args.run:
         config_path = Path(args.run) / "config.yaml"
         if not config_path.exists():
@@ -72,10 +73,20 @@ def _eval(args: argparse.Namespace) -> int:
         cfg.env.eval_split = args.split
     if args.max_tasks is not None:
         cfg.eval.max_tasks = args.max_tasks
-    if args.workers < 1:
-        raise ConfigError(f"--workers={args.workers}: must be >= 1")
+    if args.workers < 1 or args.trials < 1:
+        raise ConfigError(f"--workers={args.workers} and --trials={args.trials}: must be >= 1")
     validate(cfg)  # --split and --max-tasks are config fields too
 
+    if args.policy in ("react", "reflexion"):
+        from roleagent.baselines import evaluate_baseline
+
+        memory = args.memory or str(Path(args.out) / "reflexion.sqlite")
+        splits = [cfg.env.eval_split] if args.split else None
+        rows = evaluate_baseline(
+            cfg, args.policy, splits=splits, workers=args.workers, trials=args.trials, memory=memory
+        )
+        print(format_table(rows, title=f"{cfg.env.name} success (%)"))
+        return 0
     if args.policy == "expert":
         from roleagent.envs.workers import EnvPool
 
@@ -248,7 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate a policy on a fixed panel")
     ev.add_argument("config", nargs="?", help="recipe (for a base-model evaluation)")
     ev.add_argument("--run", help="run directory: evaluate its latest checkpoint")
-    ev.add_argument("--policy", choices=["model", "expert"], default="model")
+    ev.add_argument("--policy", choices=["model", "expert", "react", "reflexion"], default="model")
+    ev.add_argument("--trials", type=int, default=3, help="reflexion: attempts per task")
+    ev.add_argument("--memory", help="reflexion: SQLite file of reflections (default: OUT/reflexion.sqlite)")
     ev.add_argument("--env", help="environment name (overrides the recipe's)")
     ev.add_argument("--split", help="evaluation split / panel")
     ev.add_argument("--max-tasks", type=int, help="first k tasks of the panel")

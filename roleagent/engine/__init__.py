@@ -14,7 +14,7 @@ from roleagent.engine.base import Engine, Generation, SamplingParams
 from roleagent.plugins import load_object, resolve
 
 #: Short name → ``module:Class``. The class is built as ``cls(policy, **kwargs)``.
-ENGINES: dict[str, str] = {"hf": "roleagent.engine.hf:HFEngine"}
+ENGINES: dict[str, str] = {"hf": "roleagent.engine.hf:HFEngine", "openai": "roleagent.engine.openai:OpenAIEngine"}
 
 
 def create_engine(name: str, policy: Any, **kwargs: Any) -> Engine:

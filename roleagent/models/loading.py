@@ -81,6 +81,7 @@ class Policy:
     tokenizer: object
     name: str
     lora: bool = False
+    server: object = None  # model.server: where model.engine=openai finds the served model
 
     @property
     def device(self) -> torch.device:
@@ -233,7 +234,7 @@ def copy_base_weights(policy: Policy, source: torch.nn.Module) -> None:
 def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora: bool = True) -> Policy:
     """:func:`load_policy` with a ``ModelConfig``'s settings (``lora=False``: no adapters)."""
     m = model_cfg
-    return load_policy(
+    policy = load_policy(
         m.name,
         device=m.device,
         dtype=m.dtype,
@@ -242,3 +243,5 @@ def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora
         seed=seed,
         init_from=init_from,
     )
+    policy.server = getattr(m, "server", None)
+    return policy
