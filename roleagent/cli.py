@@ -1,6 +1,8 @@
-"""``roleagent`` command line: train, eval, sft, expert-data, view, envs.
+"""``roleagent`` command line: train, export, eval, sft, expert-data, view, report, retriever, envs.
 
 roleagent train role_agent_textcraft --set iterations=3 --set optim.lr=1e-4
+roleagent train grpo_alfworld --nproc 2          # data parallel (torchrun; gloo on CPU, NCCL on GPUs)
+roleagent export runs/grpo_alfworld --merge-lora --out exported   # loads with from_pretrained
 roleagent train --explain                     # every config key with its help
 roleagent eval --run runs/role_agent_textcraft  # latest checkpoint on its panel
 roleagent eval --env alfworld --policy expert --split valid_seen
@@ -270,7 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default="runs/eval", help="output folder for a base-model evaluation")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.set_defaults(func=_eval)
+    _add_data_parsers(sub)
+    _add_inspection_parsers(sub)
+    return parser
 
+
+def _add_inspection_parsers(sub) -> None:
+    """Subcommands that look at runs or serve data: view, report, retriever, envs."""
     view = sub.add_parser("view", help="browse a run's trajectories and failure memory, or Agent-R trees")
     view.add_argument("run", help="run directory, or an Agent-R tree file (*.json) or directory of them")
     view.add_argument("--file", help="rollout file stem, e.g. iter_000002 or eval_after (default: list files)")
@@ -289,6 +297,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--max-chars", type=int, default=1500, help="longest observation/generation text kept")
     report.set_defaults(func=_report)
 
+    ret = sub.add_parser("retriever", help="serve a corpus over Search-R1's HTTP API (POST /retrieve) until stopped")
+    ret.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    ret.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed once bound)")
+    ret.add_argument("--retriever", choices=["bm25", "dense"], default="bm25", help="dense: all-MiniLM-L6-v2")
+    ret.add_argument("--corpus", help="JSONL(.gz) corpus with id and contents, or title and text (default: shipped)")
+    ret.add_argument("--verbose", action="store_true", help="log every request")
+    ret.set_defaults(func=_retriever)
+
+    envs = sub.add_parser("envs", help="list environments and whether they can run here")
+    envs.set_defaults(func=_envs)
+
+
+def _add_data_parsers(sub) -> None:
+    """Subcommands that make SFT data and checkpoints: sft, expert-data."""
     sft = sub.add_parser("sft", help="supervised fine-tuning on chat examples (a checkpoint for model.init_from)")
     sft.add_argument("--data", help="JSONL chat examples (roleagent.sft.data)")
     sft.add_argument("--expert", metavar="RECIPE_OR_ENV", help="also train on the expert's episodes of this recipe/env")
@@ -305,18 +327,6 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--workers", type=int, default=4, help="environment processes")
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     data.set_defaults(func=_expert_data, config=None)
-
-    ret = sub.add_parser("retriever", help="serve a corpus over Search-R1's HTTP API (POST /retrieve) until stopped")
-    ret.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    ret.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed once bound)")
-    ret.add_argument("--retriever", choices=["bm25", "dense"], default="bm25", help="dense: all-MiniLM-L6-v2")
-    ret.add_argument("--corpus", help="JSONL(.gz) corpus with id and contents, or title and text (default: shipped)")
-    ret.add_argument("--verbose", action="store_true", help="log every request")
-    ret.set_defaults(func=_retriever)
-
-    envs = sub.add_parser("envs", help="list environments and whether they can run here")
-    envs.set_defaults(func=_envs)
-    return parser
 
 
 def _run_dir_errors() -> tuple[type[Exception], ...]:

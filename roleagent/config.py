@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from roleagent.critic_config import CriticConfig, check_critic
+from roleagent.critic_config import CriticConfig
 from roleagent.engine.openai import ServerConfig
 from roleagent.fields import ConfigError, _f
 from roleagent.methods.agent_r.config import AgentRConfig
@@ -367,13 +367,10 @@ def validate(cfg: TrainConfig) -> None:
     it): every field's range or choices (:mod:`roleagent.config_rules`), the model path,
     the environment, then cross-field checks. Never changes ``cfg``; raises a one-line
     :class:`ConfigError` naming the key."""
-    from roleagent.config_rules import check_env, check_fields, check_model_name, check_rollout
+    from roleagent.config_rules import check_components, check_env, check_fields, check_model_name, check_rollout
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
-    from roleagent.trainer.metrics import check_report_to
-
-    check_report_to(cfg.report_to)
     if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data:
         raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
     check_env(cfg.env.name, cfg.env.kwargs)
@@ -387,22 +384,9 @@ def validate(cfg: TrainConfig) -> None:
     check_rollout(r)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
-    from roleagent.engine import ENGINES
     from roleagent.methods import check_methods, method_classes
-    from roleagent.plugins import PluginError
-    from roleagent.plugins import resolve as resolve_plugin
-    from roleagent.trainer.advantages import check_estimator
 
-    try:
-        resolve_plugin("engines", cfg.model.engine, ENGINES)
-    except PluginError as error:
-        raise ConfigError(f"model.engine: {error}") from None
-
-    from roleagent.engine.openai import check_server_config
-
-    check_server_config(cfg)
-    check_estimator(cfg.algo.name)
-    check_critic(cfg)
+    check_components(cfg)  # report_to, model.engine (and its server), algo.name, critic
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
     if r.group_size < 2 and all(cls.uses_advantages for cls in method_classes(cfg)):
         raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")

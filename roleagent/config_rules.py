@@ -339,3 +339,24 @@ def check_rollout(r) -> None:
             "think_action's <think> block cannot be constrained to a command list, and raw completions "
             "have no closing tag to end a command that is a prefix of another"
         )
+
+
+def check_components(cfg) -> None:
+    """The named parts a run is built from resolve and fit together: the metric sinks
+    (``report_to``), the engine (and an OpenAI-compatible engine's server settings), the
+    advantage estimator and the critic it may need."""
+    from roleagent.critic_config import check_critic
+    from roleagent.engine import ENGINES
+    from roleagent.engine.openai import check_server_config
+    from roleagent.plugins import PluginError, resolve
+    from roleagent.trainer.advantages import check_estimator
+    from roleagent.trainer.metrics import check_report_to
+
+    check_report_to(cfg.report_to)
+    try:
+        resolve("engines", cfg.model.engine, ENGINES)
+    except PluginError as error:
+        raise ConfigError(f"model.engine: {error}") from None
+    check_server_config(cfg)
+    check_estimator(cfg.algo.name)
+    check_critic(cfg)
