@@ -23,6 +23,7 @@ from roleagent.envs.base import Environment, StepResult
 from roleagent.methods.asl.method import ASLMethod
 from roleagent.types import Task
 from tests.run_helpers import Killed, metrics, rollouts, run
+from tests.test_metrics_doc import undocumented
 
 QA = {
     "train": [("What is 1+1?", "2"), ("What is 2+2?", "4"), ("What is 0+1?", "1"), ("What is 3+3?", "6")],
@@ -124,6 +125,7 @@ def test_asl_cycle_files_rewards_and_task_source(tmp_path):
     assert [r["asl/phase"] for r in records] == [0.0, 1.0, 2.0, 0.0, 1.0]  # PG, GRM, PM, then round 1
     assert [r["asl/round"] for r in records] == [0, 0, 0, 1, 1]
     assert 0.0 <= records[2]["asl/grm_eval_accuracy"] <= 1.0
+    assert undocumented({k for r in metrics(tmp_path) for k in r}) == set()  # docs/metrics.md
 
     questions = _rows(tmp_path, 0, "questions.jsonl")
     assert len(questions) == 4  # tasks_per_iter 2 × group_size 2 generations

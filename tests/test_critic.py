@@ -16,6 +16,7 @@ from roleagent.trainer.critic import Critic
 from roleagent.types import Step, Task, Trajectory
 from tests.run_helpers import run
 from tests.test_gae import reference_gae
+from tests.test_metrics_doc import undocumented
 
 PPO = ["algo.name=ppo", "critic.enabled=true", "wia.enabled=false", "eval.at_start=false", "critic.lr=1e-2"]
 
@@ -115,6 +116,7 @@ def test_ppo_run_trains_on_hand_gae_and_resumes_the_critic(tmp_path):
     for key in ("critic/value_loss", "critic/explained_variance", "critic/value_clip_frac", "critic/grad_norm"):
         assert key in train[1], key
     assert train[1]["update/samples"] > 0 and train[0]["critic/grad_norm"] > 0
+    assert undocumented({k for r in records for k in r}) == set()  # docs/metrics.md
 
     # The dumped advantages are GAE of the dumped rewards and values, by the textbook loop.
     trajectories = _records(tmp_path / "full", "iter_000001")
