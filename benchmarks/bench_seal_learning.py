@@ -93,6 +93,10 @@ def panel_stats(trainer: Trainer, trajectories) -> dict:
         "behaviour": diagnosis_metrics(trajectories, diagnoses),
     }
     out["success"]["All"] = 100.0 * float(np.mean([t.success for t in trajectories]))
+    # turns that ran into rollout.max_new_tokens: the policy did not end its turn
+    limit = trainer.cfg.rollout.max_new_tokens
+    steps = [s for t in trajectories for s in t.steps if s.action_ids]
+    out["behaviour"]["cut_turns"] = float(np.mean([len(s.action_ids) >= limit for s in steps])) if steps else 0.0
     return out
 
 

@@ -75,3 +75,25 @@ def test_bfcl_expert_solves_every_training_task(split):
     tasks = env.tasks("train")
     out = replay(env, tasks)
     assert len(tasks) == 400 and not out["failures"], out["failures"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["grpo_bfcl_sft", "seal_bfcl_sft"])
+def test_sft_recipes_let_the_policy_write_every_expert_step(recipe):
+    """Each ground-truth step the warm start trains on fits the recipe's
+    rollout.max_new_tokens (else RL would cut the very turns SFT taught)."""
+    pytest.importorskip("bfcl_eval")
+    from roleagent.envs import make_env
+    from roleagent.models.loading import load_tokenizer
+
+    cfg = load_config(recipe)
+    tokenizer, env = load_tokenizer(cfg.model.name), make_env("bfcl", **cfg.env.kwargs)
+    tasks = env.tasks("train")
+    assert len(tasks) >= cfg.sft.expert_tasks
+    longest = 0
+    for task in tasks:
+        env.reset(task, seed=0)
+        while (action := env.expert_action()) is not None:
+            longest = max(longest, len(tokenizer(action, add_special_tokens=False)["input_ids"]))
+            env.step(action)
+    assert 64 < longest <= cfg.rollout.max_new_tokens
