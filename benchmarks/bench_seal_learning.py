@@ -140,6 +140,7 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--expert-tasks", type=int, default=0, help="without --warm-start: build it from the expert on N train tasks"
     )
+    parser.add_argument("--skip-base", action="store_true", help="with a warm start: do not evaluate the base model")
     return parser.parse_args()
 
 
@@ -257,7 +258,9 @@ def main() -> None:
     started = time.perf_counter()
     _build_warm_start(args)
     print(f"config: {vars(args)}", flush=True)
-    base = _evaluate_before(argparse.Namespace(**{**vars(args), "warm_start": ""})) if args.warm_start else None
+    base = None
+    if args.warm_start and not args.skip_base:
+        base = _evaluate_before(argparse.Namespace(**{**vars(args), "warm_start": ""}))
     shared = _evaluate_before(args)
     if shared is None:
         return
