@@ -19,6 +19,15 @@ is ~220 s of rollout, one 4-task evaluation ~200 s, at ~150 prompt tokens/s)::
     nice -n 15 python benchmarks/bench_seal_learning.py --seeds 0 --iterations 1
 
 ``--measure`` times one training iteration and one evaluation and exits (for sizing).
+
+From a ground-truth-SFT start (``--warm-start DIR``, or ``--expert-tasks N`` to build it
+first with ``roleagent sft --expert grpo_bfcl_sft``): both arms (``grpo_bfcl_sft`` and
+``seal_bfcl_sft``) start from that ONE checkpoint (``model.init_from``, fresh LoRA
+adapters, no warm start of their own); "before" is the checkpoint's shared evaluation and
+the base model is evaluated on the same panel too. Results go to ``--out``/results.json::
+
+    nice -n 10 python benchmarks/bench_seal_learning.py --expert-tasks 32 --seeds 0 1 2 \
+        --iterations 1 --max-new-tokens 256
 """
 
 from __future__ import annotations
@@ -41,10 +50,16 @@ from roleagent.trainer import Trainer  # noqa: E402
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 ARMS = {"vanilla": "grpo_bfcl", "seal": "seal_bfcl"}
+SFT_ARMS = {"vanilla": "grpo_bfcl_sft", "seal": "seal_bfcl_sft"}  # from a ground-truth-SFT start
+
+
+def arms(args) -> dict[str, str]:
+    return SFT_ARMS if args.warm_start else ARMS
 
 
 def overrides(args, run_dir: Path, seed: int, iterations: int) -> list[str]:
-    return [
+    start = [f"model.init_from={args.warm_start}", "sft.enabled=false"] if args.warm_start else []
+    return start + [
         f"run_dir={run_dir}",
         f"seed={seed}",
         f"iterations={iterations}",
@@ -78,13 +93,17 @@ def panel_stats(trainer: Trainer, trajectories) -> dict:
         "behaviour": diagnosis_metrics(trajectories, diagnoses),
     }
     out["success"]["All"] = 100.0 * float(np.mean([t.success for t in trajectories]))
+    # turns that ran into rollout.max_new_tokens: the policy did not end its turn
+    limit = trainer.cfg.rollout.max_new_tokens
+    steps = [s for t in trajectories for s in t.steps if s.action_ids]
+    out["behaviour"]["cut_turns"] = float(np.mean([len(s.action_ids) >= limit for s in steps])) if steps else 0.0
     return out
 
 
 def run_arm(args, arm: str, seed: int) -> dict:
     run_dir = Path(args.out) / f"{arm}_s{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = load_config(ARMS[arm], overrides(args, run_dir, seed, args.iterations))
+    cfg = load_config(arms(args)[arm], overrides(args, run_dir, seed, args.iterations))
     started = time.perf_counter()
     trainer = Trainer(cfg, quiet=True)
     try:
@@ -117,7 +136,29 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/bench_seal_learning")
     parser.add_argument("--measure", action="store_true", help="time one iteration and one eval, then exit")
+    parser.add_argument("--warm-start", default="", help="an SFT checkpoint both arms start from (model.init_from)")
+    parser.add_argument(
+        "--expert-tasks", type=int, default=0, help="without --warm-start: build it from the expert on N train tasks"
+    )
+    parser.add_argument("--skip-base", action="store_true", help="with a warm start: do not evaluate the base model")
     return parser.parse_args()
+
+
+def _build_warm_start(args: argparse.Namespace) -> None:
+    """``args.warm_start``: the given checkpoint, or one built from the ground-truth expert
+    on ``--expert-tasks`` training tasks (``roleagent sft --expert grpo_bfcl_sft``)."""
+    if args.warm_start or not args.expert_tasks:
+        return
+    from bench_learning import warm_start  # noqa: PLC0415 - the same builder as the ALFWorld benchmark
+
+    args.warm_start = str(
+        warm_start(
+            recipe=SFT_ARMS["vanilla"],
+            overrides=[f"threads={args.threads}"],
+            out=Path(args.out),
+            tasks=args.expert_tasks,
+        )
+    )
 
 
 def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
@@ -125,7 +166,7 @@ def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
     training iteration instead and return None."""
     run_dir = Path(args.out) / "before"
     shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = load_config(ARMS["seal"] if args.measure else ARMS["vanilla"], overrides(args, run_dir, args.seeds[0], 1))
+    cfg = load_config(arms(args)["seal" if args.measure else "vanilla"], overrides(args, run_dir, args.seeds[0], 1))
     trainer = Trainer(cfg, quiet=True)
     try:
         print(
@@ -154,23 +195,30 @@ def _evaluate_before(args: argparse.Namespace) -> tuple[dict, int] | None:
         trainer.close()
 
 
-def _print_success(args: argparse.Namespace, before: dict, results: dict[str, list[dict]], n_eval: int) -> None:
+def _print_success(
+    args: argparse.Namespace, before: dict, results: dict[str, list[dict]], n_eval: int, base: dict | None = None
+) -> None:
     cols = list(CATEGORIES) + ["All"]
     print(
         f"\nBFCL v3 multi-turn eval success (%), {n_eval}-task plain-interface panel, "
         f"seeds {args.seeds}, {args.iterations} iterations × {args.tasks_per_iter} tasks × G={args.group_size}"
     )
     print(f"{'':18s}" + "".join(f"{c:>16s}" for c in cols))
-    print(f"{'before (shared)':18s}" + "".join(f"{before['success'].get(c, float('nan')):16.2f}" for c in cols))
+    if base is not None:
+        print(f"{'base model':18s}" + "".join(f"{base['success'].get(c, float('nan')):16.2f}" for c in cols))
+    label = "SFT start" if args.warm_start else "before (shared)"
+    print(f"{label:18s}" + "".join(f"{before['success'].get(c, float('nan')):16.2f}" for c in cols))
     for arm, runs in results.items():
         cells = [fmt_mean_std([r["after"]["success"].get(c, float("nan")) for r in runs]) for c in cols]
         print(f"{arm + ' after':18s}" + "".join(f"{x:>16s}" for x in cells))
 
     print("\nEval-panel behaviour (greedy; mean over seeds for the trained arms)")
     keys = sorted({k for r in [before] + [x["after"] for v in results.values() for x in v] for k in r["behaviour"]})
-    rows = {"before": [before["behaviour"]]} | {
-        f"{arm} after": [x["after"]["behaviour"] for x in runs] for arm, runs in results.items()
-    }
+    rows = (
+        ({"base model": [base["behaviour"]]} if base is not None else {})
+        | {"before": [before["behaviour"]]}
+        | {f"{arm} after": [x["after"]["behaviour"] for x in runs] for arm, runs in results.items()}
+    )
     print(f"{'':28s}" + "".join(f"{label:>16s}" for label in rows))
     for k in keys:
         print(f"{k:28s}" + "".join(f"{np.mean([b.get(k, 0.0) for b in v]):16.3f}" for v in rows.values()))
@@ -208,7 +256,11 @@ def _print_training(results: dict[str, list[dict]]) -> None:
 def main() -> None:
     args = _parse_args()
     started = time.perf_counter()
+    _build_warm_start(args)
     print(f"config: {vars(args)}", flush=True)
+    base = None
+    if args.warm_start and not args.skip_base:
+        base = _evaluate_before(argparse.Namespace(**{**vars(args), "warm_start": ""}))
     shared = _evaluate_before(args)
     if shared is None:
         return
@@ -219,7 +271,9 @@ def main() -> None:
             r = run_arm(args, arm, seed)
             results[arm].append(r)
             print(f"{arm} seed {seed}: {r['seconds']:.0f}s, after {r['after']['success']}", flush=True)
-    _print_success(args, before, results, n_eval)
+            summary = {"config": vars(args), "base": base and base[0], "before": before, "runs": results}
+            (Path(args.out) / "results.json").write_text(json.dumps(summary, indent=1, default=str))
+    _print_success(args, before, results, n_eval, base=base and base[0])
     _print_training(results)
     print(f"\ntotal {time.perf_counter() - started:.0f}s")
 

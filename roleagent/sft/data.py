@@ -26,7 +26,11 @@ Expert rollouts (``RolloutSettings.teacher="expert"``) become examples with
 :func:`trajectory_examples`: a step whose prompt was a whole chat (``rollout.context=window``,
 or a restarted full chat) starts an example, a step whose prompt continued the previous
 turn's chat extends it, so window rollouts give one example per step and full-context
-rollouts one per episode.
+rollouts one per episode. A whole chat that repeats the previous example's messages and
+continues them (an environment that reports its chat, BFCL: the rollout prompts with the
+whole conversation) extends that example too, so an untrimmed BFCL episode is one
+example whose every assistant turn is trained (``extend_chat`` continues a prompt token
+for token as ``encode_chat`` encodes the whole conversation).
 """
 
 from __future__ import annotations
@@ -212,10 +216,29 @@ def trajectory_examples(trajectory: Trajectory) -> list[ChatExample]:
             raise ValueError(f"{task.id} step {index}: not a teacher step with an action (chat and action needed)")
         prefix = chat["response_prefix"]
         reply = {"role": "assistant", "content": prefix + step.action_text, "loss": True}
-        if chat["mode"] == "extend" and examples:
-            examples[-1].messages += [dict(m) for m in chat["messages"]] + [reply]
+        added = _added_messages(chat, examples[-1] if examples else None)
+        if added is not None:
+            examples[-1].messages += added + [reply]
             examples[-1].meta["steps"].append(index)
             continue
         meta = {"task": task.id, "split": task.split, "task_type": task.metadata.get("task_type"), "steps": [index]}
         examples.append(ChatExample([dict(m) for m in chat["messages"]] + [reply], prefix, meta))
     return examples
+
+
+def _added_messages(chat: dict[str, Any], last: ChatExample | None) -> list[dict[str, Any]] | None:
+    """What a step's prompt chat adds to the last example, or None when it starts a new
+    one. An ``extend`` chat adds its own messages; an ``encode`` chat (a whole chat, e.g.
+    BFCL's conversation prompt) adds what follows the last example's messages when it
+    starts with them, role and content alike: it does not once the rollout trimmed an
+    earlier message to fit its prompt budget, nor for window prompts."""
+    if last is None:
+        return None
+    messages = [dict(m) for m in chat["messages"]]
+    if chat["mode"] == "extend":
+        return messages
+    before = [{"role": m["role"], "content": m["content"]} for m in last.messages]
+    same_prefix = last.response_prefix == chat["response_prefix"]
+    if same_prefix and len(messages) > len(before) and messages[: len(before)] == before:
+        return messages[len(before) :]
+    return None
