@@ -106,7 +106,7 @@ def train_one(*, arm: str, seed: int, overrides: list[str], out: Path, threads: 
     sets = [*overrides, *ARMS[arm], f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"]
     started = time.perf_counter()
     try:
-        run_cli(["train", RECIPE, "--no-resume", *[x for s in [*sets, f"threads={threads}"] for x in ("--set", s)]],
+        run_cli(["train", RECIPE, "--no-resume", *[x for s in [*sets, *([f"threads={threads}"] if threads else [])] for x in ("--set", s)]],
                 run_dir / "train.log")  # fmt: skip
     except RuntimeError as error:
         print(error, flush=True)
