@@ -94,9 +94,8 @@ def hop_success(run_dir: Path, label: str) -> dict[str, float] | None:
     record = next((r for r in records if r.get("eval") == label and r.get("split") == "test"), None)
     if record is None:
         return None
-    return {
-        short: 100 * record[f"eval/success_{key}"] for key, short in HOPS.items() if f"eval/success_{key}" in record
-    }
+    # the per-type keys are the evaluation table's, already in percent (eval/success is a fraction)
+    return {short: record[f"eval/success_{key}"] for key, short in HOPS.items() if f"eval/success_{key}" in record}
 
 
 def read_arm(run_dir: Path, arm: str, seed: int, minutes_run: float = float("nan")) -> dict | None:

@@ -53,8 +53,15 @@ def _run(folder: Path, records: list[dict]) -> None:
 
 
 def _eval(label: str, one: float, two: float, every: float) -> dict:
-    return {"eval": label, "split": "test", "eval/success": every, "eval/success_single-hop": one,
-            "eval/success_multi-hop": two, "eval/success_All": every}  # fmt: skip
+    # as run_files writes it: eval/success a fraction, the per-type table columns in percent
+    return {
+        "eval": label,
+        "split": "test",
+        "eval/success": every,
+        "eval/success_single-hop": 100 * one,
+        "eval/success_multi-hop": 100 * two,
+        "eval/success_All": 100 * every,
+    }
 
 
 def test_search_table_before_and_after_per_hop(tmp_path):
