@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_learning import minutes, plot, read_run, run_cli, slug
-from bench_search import hop_success, ms, write_panel_qa
+from bench_search import hop_success, ms, run_minutes, train_recipe, write_panel_qa
 
 RECIPE = "asl_search"
 ARMS = {"Rule reward (EM)": ["asl.enabled=false"], "ASL": [], "ASL, frozen GRM": ["asl.train_grm=false"]}
@@ -90,9 +90,9 @@ def rounds_of(records: list[dict]) -> list[dict]:
     return out
 
 
-def read_arm(run_dir: Path, arm: str, seed: int, minutes_run: float = float("nan")) -> dict | None:
+def read_arm(run_dir: Path, arm: str, seed: int) -> dict | None:
     """bench_learning's test-panel curve of the run plus its ASL rounds."""
-    result = read_run(run_dir, arm, seed, minutes=minutes_run)
+    result = read_run(run_dir, arm, seed, minutes=run_minutes(run_dir))
     if result is None:
         return None
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -103,14 +103,8 @@ def read_arm(run_dir: Path, arm: str, seed: int, minutes_run: float = float("nan
 def train_one(*, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
     run_dir = out / f"{folder(arm)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*overrides, *ARMS[arm], f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"]
-    started = time.perf_counter()
-    try:
-        run_cli(["train", RECIPE, "--no-resume", *[x for s in [*sets, *([f"threads={threads}"] if threads else [])] for x in ("--set", s)]],
-                run_dir / "train.log")  # fmt: skip
-    except RuntimeError as error:
-        print(error, flush=True)
-    result = read_arm(run_dir, arm, seed, (time.perf_counter() - started) / 60)
+    train_recipe(RECIPE, [*overrides, *ARMS[arm], f"seed={seed}", "eval.at_start=false"], run_dir, threads)
+    result = read_arm(run_dir, arm, seed)
     if result is not None:
         print(f"{arm} seed {seed}: {result['after']:.1f}% EM at iteration {result['curve'][-1][0]}", flush=True)
     return result

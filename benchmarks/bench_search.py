@@ -98,10 +98,10 @@ def hop_success(run_dir: Path, label: str) -> dict[str, float] | None:
     return {short: record[f"eval/success_{key}"] for key, short in HOPS.items() if f"eval/success_{key}" in record}
 
 
-def read_arm(run_dir: Path, arm: str, seed: int, minutes_run: float = float("nan")) -> dict | None:
-    """bench_learning's curve of the run (its first panel is the test panel) plus the last
-    evaluation's success per hop count."""
-    result = read_run(run_dir, arm, seed, minutes=minutes_run)
+def read_arm(run_dir: Path, arm: str, seed: int) -> dict | None:
+    """bench_learning's curve of the run (its first panel is the test panel), the last
+    evaluation's success per hop count and the run's wall minutes."""
+    result = read_run(run_dir, arm, seed, minutes=run_minutes(run_dir))
     if result is None:
         return None
     last = "after" if result["complete"] else f"iter{result['curve'][-1][0]}"
@@ -109,17 +109,29 @@ def read_arm(run_dir: Path, arm: str, seed: int, minutes_run: float = float("nan
     return result
 
 
+def run_minutes(run_dir: Path) -> float:
+    """The wall minutes :func:`train_recipe` wrote (NaN when the run was not timed)."""
+    path = run_dir / "bench_minutes.txt"
+    return float(path.read_text()) if path.exists() else float("nan")
+
+
+def train_recipe(recipe: str, sets: list[str], run_dir: Path, threads: int) -> None:
+    """``roleagent train recipe`` in a subprocess (a failure is printed; the others go on),
+    timed into ``run_dir/bench_minutes.txt``; ``threads`` (when > 0) is the last override."""
+    sets = [*sets, f"run_dir={run_dir}", "tensorboard=false", *([f"threads={threads}"] if threads else [])]
+    started = time.perf_counter()
+    try:
+        run_cli(["train", recipe, "--no-resume", *[x for s in sets for x in ("--set", s)]], run_dir / "train.log")
+    except RuntimeError as error:
+        print(error, flush=True)
+    (run_dir / "bench_minutes.txt").write_text(f"{(time.perf_counter() - started) / 60:.2f}\n")
+
+
 def train_one(*, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
     run_dir = out / f"{slug(arm)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"]
-    started = time.perf_counter()
-    try:
-        run_cli(["train", ARMS[arm], "--no-resume", *[x for s in [*sets, *([f"threads={threads}"] if threads else [])] for x in ("--set", s)]],
-                run_dir / "train.log")  # fmt: skip
-    except RuntimeError as error:
-        print(error, flush=True)
-    result = read_arm(run_dir, arm, seed, (time.perf_counter() - started) / 60)
+    train_recipe(ARMS[arm], [*overrides, f"seed={seed}", "eval.at_start=false"], run_dir, threads)
+    result = read_arm(run_dir, arm, seed)
     if result is not None:
         print(f"{arm} seed {seed}: {result['after']:.1f}% at iteration {result['curve'][-1][0]}", flush=True)
     return result

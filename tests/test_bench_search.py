@@ -73,12 +73,13 @@ def test_search_table_before_and_after_per_hop(tmp_path):
             {"iteration": 1, "train/success": 0.5},
         ]
         _run(tmp_path / f"grpo_seed{seed}", records + [_eval("after", one, two, every)])
+        (tmp_path / f"grpo_seed{seed}" / "bench_minutes.txt").write_text(f"{seed + 1:.2f}\n")  # 1, 2, 3 min
     # GiGPO seed 0 stopped after its first evaluation: that one is used and flagged
     _run(tmp_path / "gigpo_seed0", [{"iteration": 0, "train/success": 0.0}, _eval("iter1", 0.0, 0.0, 0.0)])
     text = bench_search.summarize(tmp_path, ["GRPO", "GiGPO", "Role-Agent"], [0, 1, 2], "header")
     grpo = next(line for line in text.splitlines() if line.startswith("| GRPO"))
     # 1-hop after 60/80/100 -> 80.0 ± 20.0; 2-hop 20/40/60 -> 40.0 ± 20.0; all 40/60/80 vs 40 before
-    assert grpo == "| GRPO | 50.0 | 80.0 ± 20.0 | 25.0 | 40.0 ± 20.0 | 40.0 | 60.0 ± 20.0 | 20.0 ± 20.0 | 3 | - |"
+    assert grpo == "| GRPO | 50.0 | 80.0 ± 20.0 | 25.0 | 40.0 ± 20.0 | 40.0 | 60.0 ± 20.0 | 20.0 ± 20.0 | 3 | 2.0 |"
     assert "| GiGPO | 50.0 | 0.0 ± 0.0 | 25.0 | 0.0 ± 0.0 | 40.0 | 0.0 ± 0.0 | -40.0 ± 0.0 | 1 | - |" in text
     assert "Role-Agent" not in text.split("header")[1]  # no runs, no row
     assert "GiGPO seed 0 (iteration 1)" in text
