@@ -222,8 +222,8 @@ def main() -> None:
     header = (
         f"ASL vs rule reward on search QA: held-out test panel (first {args.panel} questions, types interleaved, "
         f"greedy, EM); from `{args.init_from or 'the recipe model'}`; recipe {RECIPE} with --set "
-        f"{' '.join([*args.set, *panel[1:], *budget])}; seeds {args.seeds}; "
-        f"{(time.perf_counter() - started) / 60:.0f} min in all"
+        f"{' '.join([*args.set, *panel[1:], *budget])}; seeds {args.seeds}"
+        + ("" if args.summarize else f"; {(time.perf_counter() - started) / 60:.0f} min in all")
     )
     print(summarize(out, args.arms, args.seeds, header), flush=True)
 

@@ -213,7 +213,7 @@ def main() -> None:
     header = (
         f"Search QA, held-out test panel (first {args.panel} questions, types interleaved, greedy, EM); from "
         f"`{init}`; recipes {', '.join(ARMS[a] for a in args.arms)} with --set {' '.join(args.set + panel[1:]) or '-'}; "
-        f"seeds {args.seeds}; {(time.perf_counter() - started) / 60:.0f} min in all"
+        f"seeds {args.seeds}" + ("" if args.summarize else f"; {(time.perf_counter() - started) / 60:.0f} min in all")
     )
     print(summarize(out, args.arms, args.seeds, header), flush=True)
 
