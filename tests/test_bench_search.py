@@ -1,0 +1,123 @@
+"""The search benchmarks' tabulation (benchmarks/bench_search.py, bench_asl.py) on fake run
+folders, the interleaved test panel, and the search recipes' evaluation splits."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from roleagent.config import load_config
+from roleagent.envs.search.env import SPLITS
+from roleagent.evaluation import eval_splits
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_asl  # noqa: E402
+import bench_search  # noqa: E402
+
+SEARCH_RECIPES = sorted(p.stem for p in (ROOT / "roleagent" / "recipes").glob("*search*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", SEARCH_RECIPES)
+def test_search_recipes_evaluate_on_splits_the_environment_has(recipe):
+    # asl_search asked for split "eval", which the search environment does not have: the
+    # run died at start-up with "search splits are train, dev, test, got 'eval'".
+    cfg = load_config(recipe)
+    assert cfg.env.eval_split in SPLITS
+    assert set(eval_splits(cfg)) <= set(SPLITS)
+
+
+def test_interleaved_panel_covers_every_question_type(tmp_path):
+    path = bench_search.write_panel_qa(tmp_path)
+    import gzip
+
+    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    shipped = [json.loads(line) for line in gzip.open(bench_search.data_path("qa.jsonl.gz"), "rt")]
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in shipped)  # nothing lost or added
+    not_test = [r["id"] for r in shipped if r["split"] != "test"]
+    assert [r["id"] for r in rows if r["split"] != "test"] == not_test  # training order untouched
+    test = [r for r in rows if r["split"] == "test"]
+    types = {r["type"] for r in test}
+    assert {r["type"] for r in test[: len(types)]} == types  # the first 8 test rows: one per type
+    assert [r["hops"] for r in test[:24]].count(2) == 9  # 3 of each of the 3 two-hop types
+    assert bench_search.write_panel_qa(tmp_path).read_bytes() == path.read_bytes()  # seeded
+
+
+def _run(folder: Path, records: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _eval(label: str, one: float, two: float, every: float) -> dict:
+    # as run_files writes it: eval/success a fraction, the per-type table columns in percent
+    return {
+        "eval": label,
+        "split": "test",
+        "eval/success": every,
+        "eval/success_single-hop": 100 * one,
+        "eval/success_multi-hop": 100 * two,
+        "eval/success_All": 100 * every,
+    }
+
+
+def test_search_table_before_and_after_per_hop(tmp_path):
+    _run(tmp_path / "warm_start_eval", [_eval("before", 0.5, 0.25, 0.4)])
+    for seed, (one, two, every) in enumerate([(0.6, 0.2, 0.4), (0.8, 0.4, 0.6), (1.0, 0.6, 0.8)]):
+        records = [
+            {"iteration": 0, "train/success": 0.5},
+            _eval("iter1", 0.5, 0.5, 0.5),
+            {"iteration": 1, "train/success": 0.5},
+        ]
+        _run(tmp_path / f"grpo_seed{seed}", records + [_eval("after", one, two, every)])
+        (tmp_path / f"grpo_seed{seed}" / "bench_minutes.txt").write_text(f"{seed + 1:.2f}\n")  # 1, 2, 3 min
+    # GiGPO seed 0 stopped after its first evaluation: that one is used and flagged
+    _run(tmp_path / "gigpo_seed0", [{"iteration": 0, "train/success": 0.0}, _eval("iter1", 0.0, 0.0, 0.0)])
+    text = bench_search.summarize(tmp_path, ["GRPO", "GiGPO", "Role-Agent"], [0, 1, 2], "header")
+    grpo = next(line for line in text.splitlines() if line.startswith("| GRPO"))
+    # 1-hop after 60/80/100 -> 80.0 ± 20.0; 2-hop 20/40/60 -> 40.0 ± 20.0; all 40/60/80 vs 40 before
+    assert grpo == "| GRPO | 50.0 | 80.0 ± 20.0 | 25.0 | 40.0 ± 20.0 | 40.0 | 60.0 ± 20.0 | 20.0 ± 20.0 | 3 | 2.0 |"
+    assert "| GiGPO | 50.0 | 0.0 ± 0.0 | 25.0 | 0.0 ± 0.0 | 40.0 | 0.0 ± 0.0 | -40.0 ± 0.0 | 1 | - |" in text
+    assert "Role-Agent" not in text.split("header")[1]  # no runs, no row
+    assert "GiGPO seed 0 (iteration 1)" in text
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["before"] == {"1-hop": 50.0, "2-hop": 25.0, "all": 40.0}
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def _asl_iterations(gaps: list[tuple[float, float]], accuracy: float) -> list[dict]:
+    records = []
+    for number, (reward, success) in enumerate(gaps):
+        records += [
+            {"iteration": 3 * number, "train/success": 0.0, "asl/round": number, "asl/pg_parsed": 0.5, "asl/pg_kept": 0.25},
+            {"iteration": 3 * number + 1, "train/success": 0.0, "asl/round": number, "asl/grm_reward": 0.5},
+            {"iteration": 3 * number + 2, "train/success": reward, "asl/round": number, "asl/pm_reward": reward,
+             "asl/pm_env_success": success, "asl/pm_grm_agrees_with_env": 0.5, "asl/grm_eval_accuracy": accuracy},
+        ]  # fmt: skip
+    return records
+
+
+def test_asl_table_rounds_and_reward_hacking_gap(tmp_path):
+    _run(tmp_path / "warm_start_eval", [_eval("before", 0.1, 0.0, 0.1)])
+    _run(tmp_path / "rule_reward_em_seed0", [{"iteration": 0, "train/success": 0.2}, _eval("after", 0.3, 0.1, 0.2)])
+    for seed, accuracy in enumerate([0.5, 0.75]):
+        records = _asl_iterations([(0.75, 0.25), (1.0, 0.5)], accuracy)
+        _run(tmp_path / f"asl_seed{seed}", records + [_eval("after", 0.1, 0.0, 0.1)])
+    text = bench_asl.summarize(tmp_path, list(bench_asl.ARMS), [0, 1], "header")
+    lines = text.splitlines()
+    assert "| Rule reward (EM) | 10.0 | 20.0 ± 0.0 | 10.0 ± 0.0 | - | 1 | - |" in lines
+    assert "| ASL | 10.0 | 10.0 ± 0.0 | 0.0 ± 0.0 | 2.0 ± 0.0 | 2 | - |" in lines
+    # round 0: GRM accuracy 50 and 75 -> 62.5 ± 17.7; reward 75 vs EM 25 -> gap 50 pp
+    assert (
+        "| ASL | 0 | 62.5 ± 17.7 | 50.0 ± 0.0 | 25.0 ± 0.0 | 75.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 2 |"
+        in lines
+    )
+    assert (
+        "| ASL | 1 | 62.5 ± 17.7 | 50.0 ± 0.0 | 25.0 ± 0.0 | 100.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 2 |"
+        in lines
+    )
+    assert not any(line.startswith("| ASL, frozen GRM") for line in lines)
+    assert (tmp_path / "rounds.png").stat().st_size > 0
