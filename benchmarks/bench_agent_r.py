@@ -44,7 +44,13 @@ ARMS = {"Good only": "_good_only", "Direct revision": "_direct", "Agent-R": ""} 
 def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
     run_dir = out / f"{slug(arm)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", f"threads={threads}"]
+    sets = [
+        f"threads={threads}",
+        *overrides,
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        "tensorboard=false",
+    ]  # --set threads wins
     sets.append("eval.at_start=false")  # the start is the shared warm-start evaluation
     started = time.perf_counter()
     try:

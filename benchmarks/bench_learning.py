@@ -98,8 +98,14 @@ def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads:
     interrupted run keeps what it evaluated (``read_run``); the others go on."""
     run_dir = out / f"{slug(name)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"]
-    command = ["train", CONFIGS[name], "--no-resume", *[x for s in [*sets, f"threads={threads}"] for x in ("--set", s)]]
+    # threads first, so that a user's --set threads=N wins
+    sets = [f"threads={threads}", *overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false"]
+    command = [
+        "train",
+        CONFIGS[name],
+        "--no-resume",
+        *[x for s in [*sets, "eval.at_start=false"] for x in ("--set", s)],
+    ]
     started = time.perf_counter()
     try:
         run_cli(command, run_dir / "train.log")
