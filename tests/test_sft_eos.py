@@ -15,7 +15,6 @@ from roleagent.config import SFTConfig
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.envs.workers import EnvPool
 from roleagent.models.loading import load_policy
-from roleagent.roles import actor
 from roleagent.rollout import RolloutSettings
 from roleagent.sft import train as sft_train
 from roleagent.sft.data import (
