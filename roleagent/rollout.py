@@ -253,6 +253,7 @@ def _actor_prompt(
     prefix = actor.RESPONSE_PREFIX[settings.action_format]
     chat = {} if chat is None else chat
     chat["response_prefix"] = prefix
+    chat["eos"] = not actor.STOP[settings.action_format]  # generation ends with EOS (no stop string)
     if settings.context == "full" and e.transcript is None and e.last_turn is not None:
         after_invalid = bool(e.trajectory.steps) and not e.trajectory.steps[-1].valid
         content = actor.turn_message(e.observation, e.admissible, settings.action_format, after_invalid)

@@ -63,6 +63,28 @@ def test_bfcl_expert_examples_encode_to_the_rollout_prompts(recipe):
 
 
 @pytest.mark.slow
+def test_bfcl_expert_targets_end_with_the_end_of_turn_token():
+    """BFCL generates without a stop string: every trained assistant turn of its expert
+    examples ends with the EOS token the policy stops on (``<|im_end|>``)."""
+    pytest.importorskip("bfcl_eval")
+    from test_sft_eos import trained_spans
+
+    from roleagent.sft.data import encode_example
+    from roleagent.sft.expert import expert_examples
+
+    engine, settings, trajectories = _expert_rollout("grpo_bfcl_sft", 2)
+    assert settings.action_format == "raw"
+    examples, _ = expert_examples(trajectories)
+    eos = engine.tokenizer.eos_token_id
+    for example in examples:
+        assert example.eos
+        encoded = encode_example(engine, example)
+        spans = trained_spans(encoded.loss_mask)
+        assert len(spans) == sum(m["role"] == "assistant" for m in example.messages)
+        assert all(encoded.ids[end - 1] == eos and eos not in encoded.ids[start : end - 1] for start, end in spans)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["roleagent", "authors"])
 def test_bfcl_expert_solves_every_training_task(split):
     """The ground-truth expert solves all 400 training tasks of either split under the

@@ -8,17 +8,31 @@ One JSONL line is one example::
      "response_prefix": "<action>",
      "meta": {"task": "alfworld/easy/train/pick_and_place/0003"}}
 
+and, optionally, ``"eos": true`` (default false).
+
 Roles are ``system``, ``user``, ``assistant`` and ``tool``. ``loss`` (default false) may
 only be set on assistant messages. Every assistant message is a whole assistant turn and
 starts with ``response_prefix``; the prefix belongs to the prompt (in rollouts the engine
 pre-fills it), the rest is the target. At least one assistant message carries the loss,
 and the last message is an assistant message (a message after it would train nothing).
 
+A target is what the policy generates for that turn, so it ends the way a generation
+ends. In action formats with a stop string (``think_action``, ``action``: generation stops
+at ``</action>``) the target ends with the content's last token, as the generation does,
+and ``eos`` stays false. In formats without one (``rollout.action_format=raw``, BFCL and
+search) a generation ends with the engine's end-of-turn token (the tokenizer's EOS, which
+the HF engine stops on: ``<|im_end|>`` for SmolLM2 and Qwen), and RL trains it; such
+examples set ``"eos": true`` so that every assistant target ends with that token, trained
+where the turn carries the loss. Without it the model never learns to stop and runs to
+``max_new_tokens``.
+
 Encoding (:func:`encode_example`) uses the engine's own chat encoding, as rollouts do: the
 first assistant turn's prompt is ``engine.encode_chat(messages before it,
 response_prefix)``, each later one's is ``engine.extend_chat(previous prompt, previous
 target ids, messages in between, response_prefix)`` (``rollout.context=full``), and a
-target is ``tokenizer(content[len(prefix):], add_special_tokens=False)``. The example is
+target is ``tokenizer(content[len(prefix):], add_special_tokens=False)``, followed by the
+tokenizer's EOS id when ``eos`` is set (``extend_chat`` does not repeat an end-of-turn
+token the target already ends with, so the prompts are the rollout's either way). The example is
 one sequence (the last prompt and target) whose loss mask covers the target tokens of the
 flagged turns; unflagged assistant turns are context only.
 
@@ -26,7 +40,8 @@ Expert rollouts (``RolloutSettings.teacher="expert"``) become examples with
 :func:`trajectory_examples`: a step whose prompt was a whole chat (``rollout.context=window``,
 or a restarted full chat) starts an example, a step whose prompt continued the previous
 turn's chat extends it, so window rollouts give one example per step and full-context
-rollouts one per episode. A whole chat that repeats the previous example's messages and
+rollouts one per episode; an example gets ``eos`` when its chat records that the
+rollout's generations had no stop string (``chat["eos"]``). A whole chat that repeats the previous example's messages and
 continues them (an environment that reports its chat, BFCL: the rollout prompts with the
 whole conversation) extends that example too, so an untrimmed BFCL episode is one
 example whose every assistant turn is trained (``extend_chat`` continues a prompt token
@@ -56,9 +71,11 @@ class ChatExample:
     messages: list[dict[str, Any]]  # role, content, and loss (assistant messages only)
     response_prefix: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    eos: bool = False  # targets end with the end-of-turn token (formats without a stop string)
 
     def to_json(self) -> dict[str, Any]:
-        return {"messages": self.messages, "response_prefix": self.response_prefix, "meta": self.meta}
+        out = {"messages": self.messages, "response_prefix": self.response_prefix, "meta": self.meta}
+        return {**out, "eos": True} if self.eos else out
 
 
 @dataclass
@@ -90,10 +107,13 @@ def check_example(data: Any, where: str = "example") -> ChatExample:
 
     if not isinstance(data, dict):
         raise fail(f"expected a JSON object, got {type(data).__name__}")
-    unknown = set(data) - {"messages", "response_prefix", "meta"}
+    unknown = set(data) - {"messages", "response_prefix", "meta", "eos"}
     if unknown:
-        raise fail(f"unknown keys {sorted(unknown)} (allowed: messages, response_prefix, meta)")
+        raise fail(f"unknown keys {sorted(unknown)} (allowed: messages, response_prefix, meta, eos)")
     prefix, meta, messages = data.get("response_prefix", ""), data.get("meta", {}), data.get("messages")
+    eos = data.get("eos", False)
+    if not isinstance(eos, bool):
+        raise fail("eos must be true or false")
     if not isinstance(prefix, str):
         raise fail("response_prefix must be a string")
     if not isinstance(meta, dict):
@@ -122,7 +142,7 @@ def check_example(data: Any, where: str = "example") -> ChatExample:
         raise fail("the first message is an assistant turn: it has no prompt")
     if out[-1]["role"] != "assistant":
         raise fail("the last message must be an assistant turn (later messages train nothing)")
-    return ChatExample(out, prefix, dict(meta))
+    return ChatExample(out, prefix, dict(meta), eos)
 
 
 def read_examples(path: str | Path) -> list[ChatExample]:
@@ -167,8 +187,9 @@ def write_examples(path: str | Path, examples: Iterable[ChatExample]) -> int:
 def encode_example(engine, example: ChatExample) -> EncodedExample:
     """The example's training sequence, encoded as rollouts encode their prompts (module
     docstring). Raises :class:`SFTDataError` when a continuation exceeds the engine's
-    ``max_prompt_tokens``."""
+    ``max_prompt_tokens``, or when ``eos`` is set and the tokenizer has no EOS token."""
     prefix = example.response_prefix
+    end = _end_of_turn(engine) if example.eos else []
     prompt: list[int] | None = None
     target: list[int] = []
     between: list[dict[str, str]] = []
@@ -188,7 +209,7 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
                     f"{engine.max_prompt_tokens}: split it or raise rollout.max_prompt_tokens"
                 )
             prompt = following
-        target = engine.tokenizer(m["content"][len(prefix) :], add_special_tokens=False)["input_ids"]
+        target = engine.tokenizer(m["content"][len(prefix) :], add_special_tokens=False)["input_ids"] + end
         turns.append((len(prompt), target, bool(m.get("loss"))))
         prompts.append(list(prompt))
         between = []
@@ -200,6 +221,15 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
         if loss:
             mask[offset : offset + len(ids_of_turn)] = [1] * len(ids_of_turn)
     return EncodedExample(ids, mask, prompts)
+
+
+def _end_of_turn(engine) -> list[int]:
+    """The token a generation without stop strings ends with: the tokenizer's EOS, the
+    one the HF engine stops on (``<|im_end|>`` for ChatML models)."""
+    eos = getattr(engine.tokenizer, "eos_token_id", None)
+    if eos is None:
+        raise SFTDataError("an example with eos: true needs a tokenizer with an EOS token; this one has none")
+    return [int(eos)]
 
 
 # ---------------------------------------------------------- from rollouts ------------
@@ -222,7 +252,8 @@ def trajectory_examples(trajectory: Trajectory) -> list[ChatExample]:
             examples[-1].meta["steps"].append(index)
             continue
         meta = {"task": task.id, "split": task.split, "task_type": task.metadata.get("task_type"), "steps": [index]}
-        examples.append(ChatExample([dict(m) for m in chat["messages"]] + [reply], prefix, meta))
+        eos = bool(chat.get("eos", False))
+        examples.append(ChatExample([dict(m) for m in chat["messages"]] + [reply], prefix, meta, eos))
     return examples
 
 
