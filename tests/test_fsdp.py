@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -13,12 +14,16 @@ import torch.multiprocessing as mp
 
 from roleagent.config import ConfigError, load_config
 from roleagent.models.loading import policy_from_config
+from roleagent.trainer import Trainer
 from roleagent.trainer.distributed import DistributedTrainer
 from roleagent.trainer.update import TrainSample, Updater
 from tests.run_helpers import config, trainable
-from tests.test_distributed import EXTRA, _assert_close, _free_port, _Recording, _single_process
+from tests.test_distributed import EXTRA, _assert_close, _free_port, _Recording, _Replay
 
-FSDP = [*EXTRA, "optim.fsdp=true", "model.lora_rank=0"]
+# lr 1e-4: with full fine-tuning, AdamW's first steps are ~lr * sign(g), so entries whose
+# gradient cancels to ~1e-9 turn summation-order rounding (rank shards vs one batch) into
+# weight differences ~0.02 * lr, also on the plain data-parallel path; at 1e-2 they pass 1e-5
+FSDP = [*EXTRA, "optim.fsdp=true", "model.lora_rank=0", "optim.lr=1e-4"]
 
 
 def test_fsdp_refuses_what_it_does_not_shard():
@@ -41,7 +46,14 @@ SAMPLES = [
     TrainSample([5, 6], [10], [-2.0], -1.0),
     TrainSample([4, 5, 6, 7], [11, 12, 13], [-4.0, -1.0, -2.0], 0.5),
 ]
-UPDATE = ["model.name=tiny", "model.device=cpu", "model.lora_rank=0", "optim.lr=1e-2", "optim.micro_batch_tokens=3", "rollout.max_new_tokens=3"]
+UPDATE = [
+    "model.name=tiny",
+    "model.device=cpu",
+    "model.lora_rank=0",
+    "optim.lr=1e-2",
+    "optim.micro_batch_tokens=3",
+    "rollout.max_new_tokens=3",
+]
 
 
 def _updater(fsdp_dp=None):
@@ -101,6 +113,7 @@ def _rank_main(rank: int, world: int, port: int, run_dir: str, iterations: int, 
             "weights": trainable(trainer),
             "batches": recording.batches,
             "start_iteration": trainer.start_iteration,
+            "metrics": [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()],
             "sharded": type(trainer.objective.optimizer.param_groups[0]["params"][0]).__name__,
         }
     finally:
@@ -114,14 +127,32 @@ def _launch(run_dir: Path, iterations: int, out: Path) -> list[dict]:
     return [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(2)]
 
 
+def _single_process(run_dir: Path, batch: list) -> tuple[dict[str, torch.Tensor], dict]:
+    """One unsharded full fine-tuning process trained on the ranks' gathered batch."""
+    trainer = Trainer(config(run_dir, 1, FSDP), quiet=True)  # optim.fsdp does nothing in one process
+    try:
+        trainer.collector = _Replay(batch)
+        record = trainer.train_iteration(0)
+        return trainable(trainer), record
+    finally:
+        trainer.close()
+
+
 @pytest.mark.slow
 def test_fsdp_iteration_equals_one_full_fine_tuning_process(tmp_path):
     ranks = _launch(tmp_path / "fsdp", 1, tmp_path / "out")
     assert [r["sharded"] for r in ranks] == ["DTensor", "DTensor"]  # AdamW holds the shards
     batch = ranks[0]["batches"][0]
-    single = _single_process(tmp_path / "single", [batch], FSDP)  # one process: unsharded
+    single, record = _single_process(tmp_path / "single", batch)
+    init = Trainer(config(tmp_path / "init", 1, FSDP), quiet=True, resume=False)
+    moved = max(float((single[k] - w).abs().max()) for k, w in trainable(init).items())
+    init.close()
+    assert moved > 1e-4  # two AdamW steps of lr 1e-4
     for r in ranks:
         _assert_close(r["weights"], single)
+    logged = next(m for m in ranks[0]["metrics"] if m.get("iteration") == 0)
+    # AdamW hides a gradient scale (a mean over ranks instead of the sum): the norm does not
+    assert logged["update/grad_norm"] == pytest.approx(record["update/grad_norm"], rel=1e-4)
     saved = tmp_path / "fsdp" / "checkpoints" / "latest"
     assert saved.is_file()
     optimizer = torch.load(saved.parent / saved.read_text() / "optimizer.pt", weights_only=True)
