@@ -84,6 +84,8 @@ def save_checkpoint(
         weights, optimizer_state = full_state_dicts(policy.model, optimizer)
     if policy.lora:
         policy.model.save_pretrained(tmp / "adapter")
+    elif torch.distributed.is_initialized() and torch.distributed.get_rank() > 0:
+        _save_weights_file(policy.model, policy.model.state_dict() if weights is None else weights, tmp)
     else:  # a folder transformers (and vLLM) load as it is: config, weights, tokenizer
         policy.model.save_pretrained(tmp, max_shard_size="1000GB", state_dict=weights)  # one model.safetensors
         policy.tokenizer.save_pretrained(tmp)
@@ -104,6 +106,22 @@ def save_checkpoint(
     for old in checkpoint_candidates(run_dir)[keep:]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _save_weights_file(model: torch.nn.Module, weights: dict[str, torch.Tensor], folder: Path) -> None:
+    """``model.safetensors`` and ``config.json`` on a rank > 0 of a process group, where
+    ``save_pretrained`` writes nothing (transformers saves on rank 0 only). A tensor sharing
+    storage with an earlier one (lm_head tied to the embeddings) is left out, as there."""
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    unique = {}
+    for name, tensor in weights.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            unique[name] = tensor.detach().cpu().contiguous()
+    save_file(unique, folder / "model.safetensors", metadata={"format": "pt"})
+    model.config.save_pretrained(folder)
 
 
 def mark_finished(checkpoint: Path, info: dict[str, Any]) -> None:
