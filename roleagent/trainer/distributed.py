@@ -22,7 +22,9 @@ checks that every rank restarts at the same iteration.
 
 The backend is gloo on CPU and NCCL when the policy is on CUDA (``model.device``;
 ``LOCAL_RANK`` picks the GPU). Evaluation panels and the SFT warm start are run by every
-rank in full (identically), not split.
+rank in full (identically), not split. ``optim.fsdp`` shards the policy with FSDP2
+(:mod:`roleagent.trainer.fsdp`); the hooks it overrides here are ``loss_scale``,
+``padding`` and ``reduce_grads``.
 """
 
 from __future__ import annotations
