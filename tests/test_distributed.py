@@ -88,9 +88,9 @@ class _Replay:
         return copy.deepcopy(self.trajectories), RolloutStats()
 
 
-def _single_process(run_dir: Path, batches: list, extra: list[str] = EXTRA) -> dict[str, torch.Tensor]:
+def _single_process(run_dir: Path, batches: list) -> dict[str, torch.Tensor]:
     """One process trained on the same global batches (the ranks' gathered trajectories)."""
-    trainer = Trainer(config(run_dir, len(batches), extra), quiet=True)
+    trainer = Trainer(config(run_dir, len(batches), EXTRA), quiet=True)
     try:
         for iteration, batch in enumerate(batches):
             trainer.collector = _Replay(batch)
