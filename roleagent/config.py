@@ -152,6 +152,9 @@ class OptimConfig:
         "k3 KL-to-reference loss coefficient, k3 clamped to +-10 as verl's low_var_kl (0 skips the reference pass; Role-Agent Table 5: 1e-3)",
     )
     entropy_coef: float = _f(0.0, "entropy bonus coefficient")
+    fsdp: bool = _f(
+        False, "under torchrun: shard weights, gradients and AdamW state with FSDP2 (full fine-tuning; docs/scaling.md)"
+    )
     grad_clip: float = _f(1.0, "gradient norm clip")
     max_nonfinite_skips: int = _f(
         3,

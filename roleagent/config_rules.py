@@ -341,6 +341,23 @@ def check_rollout(r) -> None:
         )
 
 
+def check_fsdp(cfg: Any) -> None:
+    """``optim.fsdp`` fits the rest of ``cfg`` (a TrainConfig); raises ConfigError."""
+    if not cfg.optim.fsdp:
+        return
+    refused = {
+        "model.lora_rank > 0 (FSDP here is full fine-tuning: set model.lora_rank=0)": cfg.model.lora_rank > 0,
+        "optim.kl_coef > 0 (no sharded KL reference model yet)": cfg.optim.kl_coef > 0,
+        "critic.enabled (the critic is not sharded)": cfg.critic.enabled,
+        "sft.enabled (the SFT warm start trains unsharded)": cfg.sft.enabled,
+        "model.gradient_checkpointing (not tested with FSDP)": cfg.model.gradient_checkpointing,
+        f"model.engine={cfg.model.engine} (rollouts must use the trained model: engine hf)": cfg.model.engine != "hf",
+    }
+    bad = [reason for reason, on in refused.items() if on]
+    if bad:
+        raise ConfigError("optim.fsdp cannot be combined with " + "; ".join(bad))
+
+
 def check_components(cfg) -> None:
     """The named parts a run is built from resolve and fit together: the metric sinks
     (``report_to``), the engine (and an OpenAI-compatible engine's server settings), the
@@ -360,3 +377,4 @@ def check_components(cfg) -> None:
     check_server_config(cfg)
     check_estimator(cfg.algo.name)
     check_critic(cfg)
+    check_fsdp(cfg)

@@ -4,7 +4,7 @@ Layout (``run_dir/checkpoints/iter_000003/``)::
 
     adapter/ or model.safetensors   trainable weights (LoRA adapters, or the full model
                                     with config.json and the tokenizer: save_pretrained)
-    optimizer.pt                    AdamW state
+    optimizer.pt                    AdamW state (under FSDP the full state, keyed by parameter name)
     state.pt                        iteration, Python/numpy/torch/engine RNG states,
                                     each method's state (``methods``: name -> state, e.g.
                                     the AIW sampler and its failure-memory record), and
@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from roleagent.models.loading import Policy
 
@@ -76,12 +77,19 @@ def save_checkpoint(
     tmp = root / f".tmp_iter_{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    weights, optimizer_state = None, None
+    if isinstance(policy.model, FSDPModule):  # the full weights and AdamW state, gathered from the shards
+        from roleagent.trainer.fsdp import full_state_dicts  # (it imports the trainer, which imports this)
+
+        weights, optimizer_state = full_state_dicts(policy.model, optimizer)
     if policy.lora:
         policy.model.save_pretrained(tmp / "adapter")
+    elif torch.distributed.is_initialized() and torch.distributed.get_rank() > 0:
+        _save_weights_file(policy.model, policy.model.state_dict() if weights is None else weights, tmp)
     else:  # a folder transformers (and vLLM) load as it is: config, weights, tokenizer
-        policy.model.save_pretrained(tmp, max_shard_size="1000GB")  # one model.safetensors
+        policy.model.save_pretrained(tmp, max_shard_size="1000GB", state_dict=weights)  # one model.safetensors
         policy.tokenizer.save_pretrained(tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
     torch.save(plain({"format": FORMAT, "iteration": iteration, "rng": rng_state(), **state}), tmp / "state.pt")
     files = {str(p.relative_to(tmp)): _file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     _write_atomic(tmp / MANIFEST, json.dumps({"format": FORMAT, "iteration": iteration, "files": files}))
@@ -98,6 +106,22 @@ def save_checkpoint(
     for old in checkpoint_candidates(run_dir)[keep:]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _save_weights_file(model: torch.nn.Module, weights: dict[str, torch.Tensor], folder: Path) -> None:
+    """``model.safetensors`` and ``config.json`` on a rank > 0 of a process group, where
+    ``save_pretrained`` writes nothing (transformers saves on rank 0 only). A tensor sharing
+    storage with an earlier one (lm_head tied to the embeddings) is left out, as there."""
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    unique = {}
+    for name, tensor in weights.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            unique[name] = tensor.detach().cpu().contiguous()
+    save_file(unique, folder / "model.safetensors", metadata={"format": "pt"})
+    model.config.save_pretrained(folder)
 
 
 def mark_finished(checkpoint: Path, info: dict[str, Any]) -> None:
@@ -207,8 +231,13 @@ def read_checkpoint(path: Path, *, lora: bool, device: str | torch.device = "cpu
 
 def apply_checkpoint(loaded: LoadedCheckpoint, *, policy: Policy, optimizer: torch.optim.Optimizer) -> None:
     """Put loaded weights, optimizer state and global RNG states in place."""
-    apply_weights(loaded, policy)
-    optimizer.load_state_dict(loaded.optimizer)
+    if isinstance(policy.model, FSDPModule):  # full state dicts into the shards
+        from roleagent.trainer.fsdp import load_full_state_dicts
+
+        load_full_state_dicts(policy.model, optimizer, loaded.weights, loaded.optimizer)
+    else:
+        apply_weights(loaded, policy)
+        optimizer.load_state_dict(loaded.optimizer)
     set_rng_state(loaded.state["rng"])
 
 

@@ -22,7 +22,9 @@ checks that every rank restarts at the same iteration.
 
 The backend is gloo on CPU and NCCL when the policy is on CUDA (``model.device``;
 ``LOCAL_RANK`` picks the GPU). Evaluation panels and the SFT warm start are run by every
-rank in full (identically), not split.
+rank in full (identically), not split. ``optim.fsdp`` shards the policy with FSDP2
+(:mod:`roleagent.trainer.fsdp`); the hooks it overrides here are ``loss_scale``,
+``padding`` and ``reduce_grads``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from roleagent.config import TrainConfig
+from roleagent.config import ConfigError, TrainConfig
 from roleagent.rollout import RolloutStats
 from roleagent.trainer.loop import Trainer
 
@@ -104,6 +106,15 @@ class DataParallel:
             p.grad = flat[offset : offset + n].view_as(p).to(device=p.device, dtype=p.dtype)
             offset += n
 
+    loss_scale = 1.0  # each rank's loss factor before backward (FSDP's mean over ranks needs the world size)
+
+    def padding(self, micros: list[list], computed: list) -> list[list]:
+        """Dummy micro-batches to run with weight 0 (none: the gradient all-reduce is one collective)."""
+        return []
+
+    def reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
+        self.all_reduce_grads(params)
+
     def merge_totals(self, totals: dict[str, list[float]]) -> dict[str, list[float]]:
         """The update's per-step metric terms of all ranks, concatenated by key (each term
         is already weighted by its tokens' share of the mini-batch, so the sum is global)."""
@@ -160,7 +171,13 @@ class DistributedTrainer(Trainer):
     ``MASTER_ADDR``, ``MASTER_PORT``) unless it already is."""
 
     def __init__(self, cfg: TrainConfig, *, resume: bool = True, quiet: bool = False, backend: str | None = None):
-        self.dp = DataParallel(backend=backend)
+        self.fsdp = cfg.optim.fsdp
+        if self.fsdp:
+            from roleagent.trainer.fsdp import FSDPDataParallel
+
+            self.dp = FSDPDataParallel(backend=backend)
+        else:
+            self.dp = DataParallel(backend=backend)
         self.world_size = self.dp.world  # environment slots for this rank's share of the episodes
         if self.dp.device.type == "cuda" and cfg.model.device in ("auto", "cuda"):
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device=str(self.dp.device)))
@@ -176,12 +193,24 @@ class DistributedTrainer(Trainer):
             )
 
     def _build_stages(self, cfg: TrainConfig) -> None:
+        if self.fsdp:  # sharded before the optimizer sees the parameters; gathered for rollouts
+            from roleagent.trainer import fsdp
+
+            fsdp.shard_model(self.policy.model)
         super()._build_stages(cfg)
         self.collector = ShardedCollector(self.collector, self.dp)
+        if self.fsdp:
+            fsdp.gather(self.policy.model)
 
     def reset_objective(self) -> None:
-        super().reset_objective()
+        super().reset_objective()  # under FSDP: called by _build_stages on the sharded model
         updater = getattr(self.objective, "updater", None)
+        if self.fsdp:  # the optimizer holds the shards (DTensors); the update runs sharded
+            from roleagent.trainer.fsdp import ShardedObjective
+
+            if updater is None:
+                raise ConfigError("optim.fsdp needs the default objective (a method replaced it)")
+            self.objective = ShardedObjective(self.objective, self.policy.model)
         if updater is not None:  # another objective trains every rank on the whole batch
             updater.data_parallel = self.dp
 

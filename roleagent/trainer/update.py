@@ -38,8 +38,8 @@ inf is not applied (gradients zeroed, AdamW state untouched, counted in ``nonfin
 as verl's actor does; ``roleagent.trainer.nonfinite`` records where it came from, and the
 step after that many consecutive skips raises ``FloatingPointError``.
 
-Data parallel (``roleagent.trainer.distributed``): each rank back-propagates its share of a
-mini-batch with the same global denominator and the gradients are summed over ranks first.
+Data parallel (``roleagent.trainer.distributed``, ``roleagent.trainer.fsdp``): each rank
+back-propagates its share of a mini-batch with the same global denominator, gradients summed over ranks.
 
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
@@ -60,6 +60,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 from roleagent.algos import policy_loss, token_entropy_from_logits
 from roleagent.config import OptimConfig
@@ -206,6 +207,7 @@ def grad_norm(params: list[torch.nn.Parameter]) -> float:
     Example: gradients [3.0] and [[0.0, 4.0]] → 5.0; a NaN anywhere → nan.
     """
     norms = [torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32) for p in params if p.grad is not None]
+    norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]  # FSDP: reduced over ranks
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
@@ -243,19 +245,9 @@ class Updater:
         skipped = [cfg.skip_zero_advantage and s.skippable() for s in samples]
         n_trained = len(samples) - sum(skipped)
         if n_trained == 0:  # every advantage was zero: nothing to learn this iteration
-            return {
-                "samples": 0,
-                "skipped_samples": len(samples),
-                "trained_tokens": 0,
-                "pg_loss": 0.0,
-                "kl": 0.0,
-                "entropy": 0.0,
-                "clip_frac": 0.0,
-                "approx_kl": 0.0,
-                "ratio_mean": 1.0,
-                "grad_norm": 0.0,
-                "nonfinite_skipped": 0,
-            }
+            zeros = dict.fromkeys(("pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm"), 0.0)
+            counts = {"samples": 0, "skipped_samples": len(samples), "trained_tokens": 0, "nonfinite_skipped": 0}
+            return {**counts, **zeros, "ratio_mean": 1.0}
         self.policy.model.train()
         index_of = {id(s): i for i, s in enumerate(samples)}
         totals: dict[str, list[float]] = {}
@@ -344,16 +336,19 @@ class Updater:
         self.optimizer.zero_grad(set_to_none=True)
         dp = self.data_parallel
         micros = micro_batches(computed if dp is None else dp.shard(computed), self.cfg.micro_batch_tokens)
+        scale, padding = (1.0, []) if dp is None else (dp.loss_scale, dp.padding(micros, computed))
         losses = []
         for micro in micros:
             loss, metrics, parts = self.micro_loss(micro)
             share = float(parts["mask"].sum())
-            (loss * (share / n_tokens)).backward()
+            (loss * (scale * share / n_tokens)).backward()
             losses.append(loss.detach())
             for key, value in metrics.items():
                 totals.setdefault(key, []).append(value * share / n_computed)
+        for micro in padding:  # FSDP: as many forward/backward passes (collectives) as every rank
+            (self.micro_loss(micro)[0] * 0.0).backward()
         if dp is not None:
-            dp.all_reduce_grads(self.params)
+            dp.reduce_grads(self.params)
         return micros, losses
 
     def _step(self, diagnosis=None) -> float | None:
