@@ -63,7 +63,7 @@ JS = r"""
   var taskSel = document.getElementById("rb-task"), view = document.getElementById("rb-view");
   var state = { run: null, file: null, groups: [] };
 
-  function iterationOf(stem) { var m = /^iter_(\d+)$/.exec(stem); return m ? parseInt(m[1], 10) : null; }
+  function iterationOf(stem) { var m = String(stem).match(/^iter_(\d+)$/); return m ? parseInt(m[1], 10) : null; }
 
   function stepCard(step, t, labels) {
     var card = el("div", "step");
