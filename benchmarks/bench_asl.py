@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from bench_learning import minutes, plot, read_run, run_cli, slug
+from bench_learning import minutes, plot, read_run, run_cli, slug, stopped_note
 from bench_search import hop_success, ms, run_minutes, train_recipe, write_panel_qa
 
 RECIPE = "asl_search"
@@ -174,11 +174,7 @@ def summarize(out: Path, arms: list[str], seeds: list[int], header: str) -> str:
     start = hop_success(out / "warm_start_eval", "before")
     before = start["all"] if start else None
     results = [r for s in seeds for a in arms if (r := read_arm(out / f"{folder(a)}_seed{s}", a, s))]
-    incomplete = [
-        f"{r['config']} seed {r['seed']} (iteration {r['curve'][-1][0]})" for r in results if not r["complete"]
-    ]
-    if incomplete:
-        header += "\n\nStopped before the end (their last evaluation is used): " + ", ".join(incomplete)
+    header += stopped_note(results)
     text = table(results, before, arms, header)
     (out / "table.md").write_text(text)
     (out / "results.json").write_text(json.dumps({"before": before, "runs": results}, indent=1))

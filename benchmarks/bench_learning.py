@@ -155,6 +155,14 @@ def minutes(rows: list[dict]) -> str:
     return f"{np.mean(values):.1f}" if values else "-"
 
 
+def stopped_note(results: list[dict]) -> str:
+    """The table header's note on runs that stopped before their final evaluation ('' if none)."""
+    incomplete = [
+        f"{r['config']} seed {r['seed']} (iteration {r['curve'][-1][0]})" for r in results if not r["complete"]
+    ]
+    return "\n\nStopped before the end (their last evaluation is used): " + ", ".join(incomplete) if incomplete else ""
+
+
 def mean_std(values: list[float]) -> str:
     """Mean ± sample standard deviation (ddof=1) over seeds.
 
@@ -278,11 +286,7 @@ def main() -> None:
         f"{eval_panel(cfg)} (first {cfg.eval.max_tasks or 'all'} tasks, greedy), seeds {args.seeds}, "
         f"{(time.perf_counter() - started) / 60:.0f} min in all"
     )
-    incomplete = [
-        f"{r['config']} seed {r['seed']} (iteration {r['curve'][-1][0]})" for r in results if not r["complete"]
-    ]
-    if incomplete:
-        header += "\n\nStopped before the end (their last evaluation is used): " + ", ".join(incomplete)
+    header += stopped_note(results)
     text = table(results, before, args.configs, header)
     print("\n" + text)
     (out / "table.md").write_text(text + "\n")

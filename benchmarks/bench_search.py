@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_learning import mean_std, minutes, plot, read_run, run_cli, slug, warm_start
+from bench_learning import mean_std, minutes, plot, read_run, run_cli, slug, stopped_note, warm_start
 
 from roleagent.envs.search.retriever import data_path
 
@@ -165,11 +165,7 @@ def summarize(out: Path, arms: list[str], seeds: list[int], header: str) -> str:
     results.json and curves.png."""
     before = hop_success(out / "warm_start_eval", "before")
     results = [r for s in seeds for a in arms if (r := read_arm(out / f"{slug(a)}_seed{s}", a, s))]
-    incomplete = [
-        f"{r['config']} seed {r['seed']} (iteration {r['curve'][-1][0]})" for r in results if not r["complete"]
-    ]
-    if incomplete:
-        header += "\n\nStopped before the end (their last evaluation is used): " + ", ".join(incomplete)
+    header += stopped_note(results)
     text = table(results, before, arms, header)
     (out / "table.md").write_text(text)
     (out / "results.json").write_text(json.dumps({"before": before, "runs": results}, indent=1))
