@@ -49,7 +49,7 @@ def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Pa
         *overrides,
         f"seed={seed}",
         f"run_dir={run_dir}",
-        "tensorboard=false",
+        "report_to=[jsonl]",
     ]  # --set threads wins
     sets.append("eval.at_start=false")  # the start is the shared warm-start evaluation
     started = time.perf_counter()

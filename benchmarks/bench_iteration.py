@@ -95,7 +95,7 @@ def run_one(recipe: str, overrides: list[str]) -> dict:
     from roleagent.trainer import Trainer
 
     run_dir = tempfile.mkdtemp(prefix="bench_iter_")
-    cfg = load_config(recipe, [*overrides, f"run_dir={run_dir}", "tensorboard=false", "eval.at_start=false"])
+    cfg = load_config(recipe, [*overrides, f"run_dir={run_dir}", "report_to=[jsonl]", "eval.at_start=false"])
     trainer = Trainer(cfg, resume=False, quiet=True)
     try:
         cpu = time.process_time()

@@ -85,7 +85,7 @@ def warm_start(*, recipe: str, overrides: list[str], out: Path, tasks: int) -> P
 
 def shared_evaluation(*, recipe: str, overrides: list[str], out: Path) -> float:
     """Panel success (%) of the warm-start policy: iteration 0 of every curve."""
-    sets = [*overrides, f"run_dir={out / 'warm_start_eval'}", "tensorboard=false"]
+    sets = [*overrides, f"run_dir={out / 'warm_start_eval'}", "report_to=[jsonl]"]
     trainer = Trainer(load_config(recipe, sets), quiet=True, resume=False)
     try:
         return trainer.evaluate("before").table["All"]  # tables are in percent
@@ -99,7 +99,7 @@ def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads:
     run_dir = out / f"{slug(name)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     # threads first, so that a user's --set threads=N wins
-    sets = [f"threads={threads}", *overrides, f"seed={seed}", f"run_dir={run_dir}", "tensorboard=false"]
+    sets = [f"threads={threads}", *overrides, f"seed={seed}", f"run_dir={run_dir}", "report_to=[jsonl]"]
     command = [
         "train",
         CONFIGS[name],

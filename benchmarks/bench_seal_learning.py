@@ -64,7 +64,7 @@ def overrides(args, run_dir: Path, seed: int, iterations: int) -> list[str]:
         f"seed={seed}",
         f"iterations={iterations}",
         f"threads={args.threads}",
-        "tensorboard=false",
+        "report_to=[jsonl]",
         "env.processes=false",
         "eval.at_start=false",
         f"env.kwargs.train_per_category={args.train_per_category}",

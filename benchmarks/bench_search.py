@@ -118,7 +118,7 @@ def run_minutes(run_dir: Path) -> float:
 def train_recipe(recipe: str, sets: list[str], run_dir: Path, threads: int) -> None:
     """``roleagent train recipe`` in a subprocess (a failure is printed; the others go on),
     timed into ``run_dir/bench_minutes.txt``; ``threads`` (when > 0) is the last override."""
-    sets = [*sets, f"run_dir={run_dir}", "tensorboard=false", *([f"threads={threads}"] if threads else [])]
+    sets = [*sets, f"run_dir={run_dir}", "report_to=[jsonl]", *([f"threads={threads}"] if threads else [])]
     started = time.perf_counter()
     try:
         run_cli(["train", recipe, "--no-resume", *[x for s in sets for x in ("--set", s)]], run_dir / "train.log")

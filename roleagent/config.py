@@ -198,7 +198,6 @@ class TrainConfig:
     iterations: int = _f(2, "training iterations")
     checkpoint_every: int = _f(1, "save a resumable checkpoint every k iterations")
     threads: int = _f(0, "torch CPU threads (0: all cores)")
-    tensorboard: bool = _f(True, "also write TensorBoard events when tensorboard is installed")
     report_to: list = _f(
         ["jsonl", "tensorboard"],
         "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio (pip install 'roleagent[trackers]')",
@@ -303,8 +302,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    from roleagent.config_rules import upgrade_legacy
+
     data = read_recipe(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []))
+    data = upgrade_legacy(apply_overrides(data, list(overrides or [])))
     cfg = from_dict(TrainConfig, data)
     validate(cfg)
     resolve(cfg)

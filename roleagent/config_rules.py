@@ -16,6 +16,7 @@ import math
 import os
 import re
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -378,3 +379,21 @@ def check_components(cfg) -> None:
     check_estimator(cfg.algo.name)
     check_critic(cfg)
     check_fsdp(cfg)
+
+
+def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
+    """An older roleagent's config in today's keys (a copy, with a FutureWarning):
+
+    >>> upgrade_legacy({"tensorboard": False, "report_to": ["jsonl", "tensorboard", "wandb"]})["report_to"]
+    ['jsonl', 'wandb']
+    """
+    if "tensorboard" not in data:
+        return data
+    from roleagent.config import TrainConfig
+
+    data = dict(data)
+    on = data.pop("tensorboard")
+    warnings.warn("`tensorboard: BOOL` is now `report_to` (with 'tensorboard' or not)", FutureWarning, stacklevel=3)
+    sinks = list(data.get("report_to", TrainConfig().report_to))
+    data["report_to"] = sinks if on else [s for s in sinks if s != "tensorboard"]
+    return data

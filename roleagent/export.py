@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from roleagent.config import TrainConfig, from_dict
+from roleagent.config_rules import upgrade_legacy
 from roleagent.models.loading import embedded_model_dir, policy_from_config
 from roleagent.trainer.checkpoint import CheckpointError, apply_weights, read_checkpoint
 
@@ -52,7 +53,7 @@ def run_config(run_dir: Path) -> TrainConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: not a roleagent run directory")
-    return from_dict(TrainConfig, yaml.safe_load(path.read_text()) or {})
+    return from_dict(TrainConfig, upgrade_legacy(yaml.safe_load(path.read_text()) or {}))
 
 
 def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "latest", merge_lora: bool = False) -> Path:

@@ -44,7 +44,7 @@ def test_train_view_eval_smoke(tmp_path):
         "--set",
         "env.kwargs={difficulty: easy, max_steps: 2}",
         "--set",
-        "tensorboard=false",
+        "report_to=[jsonl]",
     )
     assert "textcraft eval success (%)" in out.stdout and "before" in out.stdout and "after" in out.stdout
     for name in (

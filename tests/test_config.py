@@ -89,3 +89,15 @@ def test_explain_lists_every_agent_in_world_and_seal_knob():
         load_config(None, ["aiw.top_k=0"])
     with pytest.raises(ConfigError, match="aiw.memory_file"):
         load_config(None, ["aiw.memory_file=../x.sqlite"])
+
+
+def test_legacy_tensorboard_key_becomes_report_to(tmp_path):
+    """Run directories written before ``report_to`` replaced ``tensorboard: BOOL`` still load."""
+    old = tmp_path / "config.yaml"
+    old.write_text("tensorboard: false\nreport_to: [jsonl, tensorboard, wandb]\n")
+    with pytest.warns(FutureWarning, match="report_to"):
+        assert load_config(old).report_to == ["jsonl", "wandb"]
+    with pytest.warns(FutureWarning):
+        assert load_config(None, ["tensorboard=true"]).report_to == ["jsonl", "tensorboard"]
+    with pytest.warns(FutureWarning):
+        assert load_config(None, ["tensorboard=false"]).report_to == ["jsonl"]

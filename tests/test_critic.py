@@ -170,7 +170,7 @@ RECIPE_TINY = [
     "rollout.prefix_cache_tokens=0",
     "eval.max_tasks=1",
     "eval.at_start=false",
-    "tensorboard=false",
+    "report_to=[jsonl]",
     "threads=1",
     "iterations=1",
 ]

@@ -65,3 +65,18 @@ def test_every_key_of_a_tiny_seal_run_is_documented(tmp_path):
     keys = run_keys(tmp_path / "seal")
     assert any(k.startswith("seal/rho_") for k in keys)
     assert undocumented(keys) == set()
+
+
+def test_accepted_action_ratio_counts_what_the_environment_rejected():
+    """Hand count: 4 steps, 3 parsed, 1 of those rejected by the environment -> 3/4 valid,
+    2/4 accepted (a step without ``action_valid`` is accepted when it parsed)."""
+    from roleagent.trainer.metrics import rollout_metrics
+    from roleagent.types import Step, Task, Trajectory
+
+    def step(valid: bool, **info) -> Step:
+        return Step(observation="o", state_key="s", action_text="a", action="a", valid=valid, info=info)
+
+    steps = [step(True, action_valid=True), step(True, action_valid=False), step(True), step(False)]
+    m = rollout_metrics([Trajectory(task=Task(id="t", env="x"), steps=steps)], prefix="train/")
+    assert m["train/valid_action_ratio"] == 0.75
+    assert m["train/accepted_action_ratio"] == 0.5

@@ -20,7 +20,14 @@ from roleagent.report.svg import Series, line_chart, stacked_bars
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Success and return",
-        ("train/success", "train/return", "train/length", "train/valid_action_ratio", "train/crashed"),
+        (
+            "train/success",
+            "train/return",
+            "train/length",
+            "train/valid_action_ratio",
+            "train/accepted_action_ratio",
+            "train/crashed",
+        ),
     ),
     (
         "Advantages and state (anchor) groups",

@@ -158,11 +158,12 @@ class ShardedCollector:
 
 
 def rank_config(cfg: TrainConfig, rank: int) -> TrainConfig:
-    """Rank 0's config unchanged; rank r > 0 gets its own run directory, no TensorBoard."""
+    """Rank 0's config unchanged; rank r > 0 gets its own run directory and writes only
+    ``metrics.jsonl`` there (no TensorBoard, no tracker run per rank)."""
     if rank == 0:
         return cfg
     run_dir = str(Path(cfg.run_dir) / "ranks" / f"rank{rank}")
-    return dataclasses.replace(cfg, run_dir=run_dir, tensorboard=False)
+    return dataclasses.replace(cfg, run_dir=run_dir, report_to=["jsonl"])
 
 
 class DistributedTrainer(Trainer):

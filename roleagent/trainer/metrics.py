@@ -47,10 +47,10 @@ class MetricsWriter:
 
     @classmethod
     def from_config(cls, cfg) -> MetricsWriter:
-        """The writer of a :class:`~roleagent.config.TrainConfig` (``report_to``, ``tensorboard``)."""
+        """The writer of a :class:`~roleagent.config.TrainConfig` (its ``report_to``)."""
         from roleagent.config import to_dict
 
-        tensorboard = cfg.tensorboard and "tensorboard" in cfg.report_to
+        tensorboard = "tensorboard" in cfg.report_to
         return cls(Path(cfg.run_dir), tensorboard=tensorboard, report_to=cfg.report_to, config=to_dict(cfg))
 
     def write(self, record: dict[str, Any]) -> None:
@@ -221,6 +221,13 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         f"{prefix}return": float(np.mean([t.episode_return for t in trajectories])),
         f"{prefix}length": float(np.mean([len(t.steps) for t in trajectories])),
         f"{prefix}valid_action_ratio": float(np.mean([s.valid for s in steps])) if steps else 0.0,
+        # parsed AND taken by the environment (``info["action_valid"]``: ALFWorld's "Nothing
+        # happens.", a search action outside Search-R1's format, a BFCL call that failed to parse)
+        f"{prefix}accepted_action_ratio": float(
+            np.mean([s.valid and s.info.get("action_valid", True) is not False for s in steps])
+        )
+        if steps
+        else 0.0,
         f"{prefix}crashed": float(np.mean([t.crashed for t in trajectories])),
         f"{prefix}projected_action_ratio": float(np.mean(["projected_from" in s.info for s in steps]))
         if steps

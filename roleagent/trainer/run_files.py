@@ -23,6 +23,7 @@ LOG_KEYS = (
     "train/success",
     "train/return",
     "train/valid_action_ratio",
+    "train/accepted_action_ratio",
     "train/zero_variance_groups",
     "update/samples",
     "update/kl",
