@@ -17,6 +17,7 @@ Run: ``python benchmarks/bench_gigpo.py`` (about 10–30 s on one CPU core).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections import defaultdict
@@ -235,6 +236,7 @@ def _best_of(fn, repeats):
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; no options
     group_ids, traj_ids, rewards, valid, obs = make_batch(seed=0)
     penalties = PENALTY * ~valid
     n = len(rewards)
