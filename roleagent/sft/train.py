@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import resource
 import shutil
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch
 from roleagent.models.loading import SFT_INFO, Policy
 from roleagent.sft.data import EncodedExample
 from roleagent.trainer.checkpoint import CheckpointError, apply_checkpoint, find_checkpoint, save_checkpoint
+from roleagent.trainer.metrics import peak_rss_mb
 from roleagent.trainer.update import micro_batches, token_logprobs
 
 DONE = "done.json"
@@ -94,10 +94,6 @@ def sft_step_loss(policy: Policy, batch: list[EncodedExample], micro_batch_token
         loss.backward()
         total += float(loss.detach())
     return total, n_tokens
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
 def train_sft(

@@ -54,7 +54,7 @@ from roleagent.trainer.checkpoint import (
     save_checkpoint,
 )
 from roleagent.trainer.critic import build_critic
-from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, reuse_metrics, rollout_metrics
+from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,
     dump_trajectories,
@@ -296,6 +296,7 @@ class Trainer:
             "speed/rollout_tokens_per_s": (stats.generated_tokens + stats.prompt_tokens) / max(rollout_s, 1e-9),
             "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.extension_s, 1e-9),
             "speed/train_tokens_per_s": update.get("trained_tokens", 0) / max(update_s, 1e-9),
+            "memory/peak_rss_mb": peak_rss_mb(),
         }
 
     def evaluate(self, label: str) -> EvalResult:

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import os
+import resource
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,11 @@ def reuse_metrics(stats) -> dict[str, float]:
         "rollout/prefix_cache_mib": stats.prefix_cache_bytes / 2**20,
         "rollout/context_restarts": stats.context_restarts,
     }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:

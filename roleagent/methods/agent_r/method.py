@@ -37,7 +37,8 @@ from roleagent.methods.agent_r.mcts import MCTSSettings, save_trees, search_tree
 from roleagent.methods.base import Method
 from roleagent.sft.config import SFTConfig
 from roleagent.sft.data import SFTDataError, encode_example, read_examples, write_examples
-from roleagent.sft.train import peak_rss_mb, sft_epoch
+from roleagent.sft.train import sft_epoch
+from roleagent.trainer.metrics import peak_rss_mb
 
 
 class AgentRMethod(Method):
