@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pickle
 import socket
@@ -54,10 +55,12 @@ class _Recording:
         return trajectories, stats
 
 
-def _rank_main(rank: int, world: int, port: int, run_dir: str, iterations: int, out: str) -> None:
+def _rank_main(rank: int, world: int, port: int, run_dir: str, iterations: int, out: str, extra: list) -> None:
+    """One rank of a whole training run with ``extra`` overrides; writes what the tests
+    compare (this file's data-parallel tests and test_fsdp's) to ``out/rank{rank}.pkl``."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    trainer = DistributedTrainer(config(Path(run_dir), iterations, EXTRA), quiet=True, backend="gloo")
+    trainer = DistributedTrainer(config(Path(run_dir), iterations, extra), quiet=True, backend="gloo")
     try:
         trainer.collector = recording = _Recording(trainer.collector)
         trainer.run()
@@ -67,15 +70,17 @@ def _rank_main(rank: int, world: int, port: int, run_dir: str, iterations: int, 
             "local_jobs": recording.local_jobs,
             "start_iteration": trainer.start_iteration,
             "slots": trainer.pool.size,
+            "metrics": [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()],
+            "sharded": type(trainer.objective.optimizer.param_groups[0]["params"][0]).__name__,
         }
     finally:
         trainer.close()
     Path(out, f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
 
 
-def _launch(run_dir: Path, iterations: int, out: Path) -> list[dict]:
+def _launch(run_dir: Path, iterations: int, out: Path, extra: list = EXTRA) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank_main, args=(2, _free_port(), str(run_dir), iterations, str(out)), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, _free_port(), str(run_dir), iterations, str(out), extra), nprocs=2, join=True)
     return [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(2)]
 
 

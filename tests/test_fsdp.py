@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import random
@@ -15,10 +14,9 @@ import torch.multiprocessing as mp
 from roleagent.config import ConfigError, load_config
 from roleagent.models.loading import policy_from_config
 from roleagent.trainer import Trainer
-from roleagent.trainer.distributed import DistributedTrainer
 from roleagent.trainer.update import TrainSample, Updater
 from tests.run_helpers import config, trainable
-from tests.test_distributed import EXTRA, _assert_close, _free_port, _Recording, _Replay
+from tests.test_distributed import EXTRA, _assert_close, _free_port, _launch, _Replay
 
 # lr 1e-4: with full fine-tuning, AdamW's first steps are ~lr * sign(g), so entries whose
 # gradient cancels to ~1e-9 turn summation-order rounding (rank shards vs one batch) into
@@ -102,31 +100,6 @@ def test_fsdp_update_with_padded_micro_batches_equals_one_process(tmp_path):
 # --------------------------------------------------------------- whole iterations ------
 
 
-def _rank_main(rank: int, world: int, port: int, run_dir: str, iterations: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    trainer = DistributedTrainer(config(Path(run_dir), iterations, FSDP), quiet=True, backend="gloo")
-    try:
-        trainer.collector = recording = _Recording(trainer.collector)
-        trainer.run()
-        result = {
-            "weights": trainable(trainer),
-            "batches": recording.batches,
-            "start_iteration": trainer.start_iteration,
-            "metrics": [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()],
-            "sharded": type(trainer.objective.optimizer.param_groups[0]["params"][0]).__name__,
-        }
-    finally:
-        trainer.close()
-    Path(out, f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
-
-
-def _launch(run_dir: Path, iterations: int, out: Path) -> list[dict]:
-    out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank_main, args=(2, _free_port(), str(run_dir), iterations, str(out)), nprocs=2, join=True)
-    return [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(2)]
-
-
 def _single_process(run_dir: Path, batch: list) -> tuple[dict[str, torch.Tensor], dict]:
     """One unsharded full fine-tuning process trained on the ranks' gathered batch."""
     trainer = Trainer(config(run_dir, 1, FSDP), quiet=True)  # optim.fsdp does nothing in one process
@@ -140,7 +113,7 @@ def _single_process(run_dir: Path, batch: list) -> tuple[dict[str, torch.Tensor]
 
 @pytest.mark.slow
 def test_fsdp_iteration_equals_one_full_fine_tuning_process(tmp_path):
-    ranks = _launch(tmp_path / "fsdp", 1, tmp_path / "out")
+    ranks = _launch(tmp_path / "fsdp", 1, tmp_path / "out", FSDP)
     assert [r["sharded"] for r in ranks] == ["DTensor", "DTensor"]  # AdamW holds the shards
     batch = ranks[0]["batches"][0]
     single, record = _single_process(tmp_path / "single", batch)
@@ -161,9 +134,9 @@ def test_fsdp_iteration_equals_one_full_fine_tuning_process(tmp_path):
 
 @pytest.mark.slow
 def test_fsdp_resume_equals_an_uninterrupted_run(tmp_path):
-    _launch(tmp_path / "resumed", 1, tmp_path / "a")
-    resumed = _launch(tmp_path / "resumed", 2, tmp_path / "b")
+    _launch(tmp_path / "resumed", 1, tmp_path / "a", FSDP)
+    resumed = _launch(tmp_path / "resumed", 2, tmp_path / "b", FSDP)
     assert all(r["start_iteration"] == 1 for r in resumed)
-    straight = _launch(tmp_path / "straight", 2, tmp_path / "c")
+    straight = _launch(tmp_path / "straight", 2, tmp_path / "c", FSDP)
     for a, b in zip(resumed, straight):
         _assert_close(a["weights"], b["weights"], atol=1e-6)
