@@ -221,23 +221,21 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         return {}
     steps = [s for t in trajectories for s in t.steps]
     finished = [t for t in trajectories if not t.crashed]
+
+    def share(flags: list[bool]) -> float:  # of all steps; 0.0 when there are none
+        return float(np.mean(flags)) if flags else 0.0
+
     out = {
         # Success among episodes that ended (a crash is the machine's fault, not a failure).
         f"{prefix}success": (float(np.mean([t.success for t in finished])) if finished else math.nan),
         f"{prefix}return": float(np.mean([t.episode_return for t in trajectories])),
         f"{prefix}length": float(np.mean([len(t.steps) for t in trajectories])),
-        f"{prefix}valid_action_ratio": float(np.mean([s.valid for s in steps])) if steps else 0.0,
+        f"{prefix}valid_action_ratio": share([s.valid for s in steps]),
         # parsed AND taken by the environment (``info["action_valid"]``: ALFWorld's "Nothing
         # happens.", a search action outside Search-R1's format, a BFCL call that failed to parse)
-        f"{prefix}accepted_action_ratio": float(
-            np.mean([s.valid and s.info.get("action_valid", True) is not False for s in steps])
-        )
-        if steps
-        else 0.0,
+        f"{prefix}accepted_action_ratio": share([s.valid and s.info.get("action_valid") is not False for s in steps]),
         f"{prefix}crashed": float(np.mean([t.crashed for t in trajectories])),
-        f"{prefix}projected_action_ratio": float(np.mean(["projected_from" in s.info for s in steps]))
-        if steps
-        else 0.0,
+        f"{prefix}projected_action_ratio": share(["projected_from" in s.info for s in steps]),
     }
 
     def wia_scores(t: Trajectory) -> list[float]:  # World-In-Agent's records, when it ran
