@@ -90,11 +90,9 @@ def _eval(args: argparse.Namespace) -> int:
         print(format_table(rows, title=f"{cfg.env.name} success (%)"))
         return 0
     if args.policy == "expert":
-        from roleagent.envs.workers import EnvPool
+        from roleagent.envs.workers import make_pool
 
-        with EnvPool(
-            cfg.env.name, cfg.env.kwargs, slots=args.workers, processes=cfg.env.processes, timeout=cfg.env.timeout
-        ) as pool:
+        with make_pool(cfg.env, slots=args.workers) as pool:
             splits = (
                 [cfg.env.eval_split] if args.split or cfg.env.name != "alfworld" else ["valid_seen", "valid_unseen"]
             )

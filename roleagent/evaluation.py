@@ -38,7 +38,10 @@ def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_step
     for start in range(0, len(jobs), pool.size):
         wave = jobs[start : start + pool.size]
         replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
-        trajectories = [Trajectory(task=task, seed=seed) for task, seed in wave]
+        trajectories = [
+            Trajectory(task=task, seed=seed, instruction=(r.info or {}).get("instruction", ""))
+            for (task, seed), r in zip(wave, replies)
+        ]
         observations = [r.observation for r in replies]
         keys = [r.state_key for r in replies]
         active = list(range(len(wave)))

@@ -46,6 +46,10 @@ def test_examples_come_from_training_tasks():
         examples = expert_examples(pool, panel, "train", seed=0)
     # train task 0: 2 rooms, key in room 0: take key, go right, open door
     assert list(examples) == ["key_door"]
+    assert examples["key_door"].startswith(  # the task the expert played, as reset gave it
+        "Task: open the door at the end of the corridor\nYou are in room 0. You see a key.\n"
+        "> think: My task is to open the door at the end of the corridor."
+    )
     assert "> take key\nYou pick up the key.\n> go right" in examples["key_door"]
     assert examples["key_door"].endswith("> open door\nThe door opens. You win.")
 

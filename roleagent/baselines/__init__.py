@@ -19,7 +19,7 @@ def evaluate_baseline(
     from roleagent.baselines.reflexion import ReflectionMemory, run_reflexion
     from roleagent.baselines.runner import expert_examples
     from roleagent.engine import SamplingParams, create_engine
-    from roleagent.envs.workers import EnvPool
+    from roleagent.envs.workers import make_pool
     from roleagent.models.loading import policy_from_config
 
     if policy not in ("react", "reflexion"):
@@ -35,14 +35,13 @@ def evaluate_baseline(
     engine.seed(cfg.seed)
     params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.eval.temperature)
     rows: dict[str, dict[str, float]] = {}
-    with EnvPool(
-        cfg.env.name, cfg.env.kwargs, slots=workers, processes=cfg.env.processes, timeout=cfg.env.timeout
-    ) as pool:
+    with make_pool(cfg.env, slots=workers) as pool:
         max_steps = cfg.rollout.max_steps or pool.meta.max_steps
         columns = pool.meta.table_columns
-        for split in splits or eval_splits(cfg):
-            tasks = panel(pool.meta.tasks(split), cfg.eval.max_tasks)
-            examples = expert_examples(pool, tasks, cfg.env.train_split, cfg.eval.seed)
+        panels = {split: panel(pool.meta.tasks(split), cfg.eval.max_tasks) for split in splits or eval_splits(cfg)}
+        every_task = [task for tasks in panels.values() for task in tasks]  # one expert example per type, played once
+        examples = expert_examples(pool, every_task, cfg.env.train_split, cfg.eval.seed)
+        for split, tasks in panels.items():
             jobs = [(task, cfg.eval.seed) for task in tasks]
 
             run = _player(engine, pool, max_steps, params, examples, cfg.eval.crash_retries)

@@ -20,6 +20,7 @@ it reaches the environment.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from roleagent.roles import actor
@@ -53,6 +54,9 @@ class Episode:
     transcript: list[dict[str, str]] | None = None  # conversational envs
 
 
+_TASK_PREFIX = re.compile(r"^your task is to:?\s*", re.IGNORECASE)
+
+
 def example_text(trajectory: Trajectory, *, max_chars: int = 1500) -> str:
     """A solved trajectory as a ReAct example: the task, the first observation, one
     templated thought, then ``> action`` / observation lines (clipped to ``max_chars``).
@@ -69,7 +73,7 @@ def example_text(trajectory: Trajectory, *, max_chars: int = 1500) -> str:
     > take key
     You take the key.
     """
-    goal = trajectory.instruction.strip().rstrip(".")
+    goal = _TASK_PREFIX.sub("", trajectory.instruction.strip()).rstrip(".")  # ALFWorld's "Your task is to: ..."
     first = trajectory.steps[0].observation if trajectory.steps else trajectory.final_observation
     lines = [f"Task: {goal}", first.strip(), f"> think: My task is to {goal}. I will act one step at a time.", "OK."]
     observations = [s.observation for s in trajectory.steps[1:]] + [trajectory.final_observation]

@@ -3,6 +3,7 @@ active episode advances one line per batched generation, as in :mod:`roleagent.r
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -132,7 +133,7 @@ def _generate(engine, prompts, stops, params):
     out = [None] * len(prompts)
     for stop in dict.fromkeys(stops):
         index = [k for k, s in enumerate(stops) if s == stop]
-        setting = SamplingParams(params.max_new_tokens, params.temperature, params.top_p, stop)
+        setting = dataclasses.replace(params, stop=stop)
         for k, g in zip(index, engine.generate([prompts[k] for k in index], setting)):
             out[k] = g
     return out
