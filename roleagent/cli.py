@@ -115,8 +115,12 @@ def _eval(args: argparse.Namespace) -> int:
         trainer.evaluate(args.label)
     finally:
         trainer.close()
-    rows = {f"{e.label} {e.split}": e.table for e in trainer.evals if e.label == args.label}
-    print(format_table(rows, title=f"{cfg.env.name} success (%)"))
+    from roleagent.trainer.run_files import panel_statistics, statistics_lines
+
+    rows = {f"{e.label} {e.split}": e for e in trainer.evals if e.label == args.label}
+    print(format_table({row: e.table for row, e in rows.items()}, title=f"{cfg.env.name} success (%)"))
+    for row, e in rows.items():  # count and 95% interval (one row per panel: nothing to pair)
+        print("\n".join(statistics_lines(panel_statistics({row: e}))))
     return 0
 
 

@@ -185,6 +185,11 @@ class EvalConfig:
     )
     temperature: float = _f(0.0, "0 = greedy")
     seed: int = _f(0, "environment seed of every evaluation episode")
+    sampled: int = _f(
+        0,
+        "rollouts per panel game at rollout.temperature, besides the greedy one; 0 = off "
+        "(eval/sampled_success; the engine seeds derive from eval.seed and the sample index)",
+    )
     crash_retries: int = _f(
         2,
         "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate",

@@ -126,6 +126,7 @@ FIELD_RULES: dict[str, Rule] = {
     "eval.max_tasks": at_least(0),
     "eval.temperature": at_least(0),
     "eval.seed": SEED,
+    "eval.sampled": at_least(0),
     "eval.crash_retries": at_least(0),
     "eval.splits": (
         lambda v: all(isinstance(s, str) and s.strip() for s in v) and len(set(v)) == len(v),

@@ -4,6 +4,9 @@ A panel is the first ``max_tasks`` tasks of an environment's evaluation split in
 split's fixed order (task ids are machine-independent), each played once with environment
 seed ``seed``. Policies: the model behind an ``HFEngine`` (base or trained), or the
 environment's built-in expert (``expert_action``), which checks the games themselves.
+With ``eval.sampled`` = k the trainer also plays every game k times at the training
+temperature, pass s with the engine seeded by :func:`sample_seed` (the same game: the
+environment seed stays ``seed``).
 
 Crashed episodes (a worker process died or hung: an infrastructure fault, not the
 policy's) are replayed from the start, at most ``retries`` times each
@@ -30,6 +33,16 @@ def panel(tasks: list[Task], max_tasks: int = 0) -> list[Task]:
 def eval_splits(cfg) -> list[str]:
     """A ``TrainConfig``'s evaluation panels: ``eval.splits``, or ``[env.eval_split]`` when empty."""
     return list(cfg.eval.splits) or [cfg.env.eval_split]
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The engine seed of sampled evaluation pass ``sample`` (``eval.sampled``), derived from
+    ``eval.seed`` alone: the same at every evaluation of a run and independent of training.
+
+    >>> sample_seed(0, 0), sample_seed(0, 1)
+    (2968811710, 3964924996)
+    """
+    return int(np.random.SeedSequence([seed, sample]).generate_state(1)[0])
 
 
 def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_steps: int) -> list[Trajectory]:

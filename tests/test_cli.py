@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -74,6 +75,7 @@ def test_train_view_eval_smoke(tmp_path):
 
     evaluated = cli("eval", "--run", str(run), "--max-tasks", "2", "--label", "ckpt").stdout
     assert "ckpt eval" in evaluated
+    assert re.search(r"\n  ckpt eval  \d/2 = \d+\.\d% \[", evaluated)  # the count and its 95% interval
 
 
 def test_envs_lists_registry():

@@ -76,6 +76,7 @@ BAD = [
     (["train", "--set", "eval.max_tasks=-1"], "eval.max_tasks=-1"),
     (["train", "--set", "eval.temperature=-1"], "eval.temperature=-1"),
     (["train", "--set", "eval.seed=-1"], "eval.seed=-1"),
+    (["train", "--set", "eval.sampled=-1"], "eval.sampled=-1"),
     (["train", "--set", "aiw.analyst=human"], "aiw.analyst='human'"),
     (["train", "--set", "aiw.retriever=oracle"], "aiw.retriever='oracle'"),
     (["train", "--set", "aiw.nope=1"], "aiw.nope"),

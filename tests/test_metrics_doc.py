@@ -43,10 +43,12 @@ def test_doc_patterns_match_families_and_not_strangers():
 
 def test_every_key_of_a_tiny_role_agent_run_is_documented(tmp_path):
     """Role-Agent (GiGPO-style state groups, World-In-Agent) with Agent-In-World: the
-    evaluation records, the methods' keys and the anchor-group statistics."""
-    run(tmp_path / "ra", 1, AIW + ["eval.at_start=true"])
+    evaluation records (with sampled episodes), the methods' keys and the anchor-group
+    statistics."""
+    run(tmp_path / "ra", 1, AIW + ["eval.at_start=true", "eval.sampled=1"])
     keys = run_keys(tmp_path / "ra")
     assert {"train/anchor_group_size_mean", "train/anchor_grouped_step_frac", "aiw/sampler_entropy"} <= keys
+    assert {"train/successes", "eval/outcomes", "eval/sampled_success", "eval/sampled_game_successes"} <= keys
     assert undocumented(keys) == set()
 
 

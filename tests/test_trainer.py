@@ -93,6 +93,10 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert [r["iteration"] for r in train] == [0, 1]
     assert all(r["update/samples"] > 0 and r["update/grad_norm"] > 0 for r in train)
     assert train == _train_records(tmp_path / "split")
+    stats = lambda run: json.loads((tmp_path / run / "summary.json").read_text())["statistics_by_split"]  # noqa: E731
+    assert stats("full") == stats("split")  # "before"'s per-game outcomes came back with the checkpoint
+    verdicts = [p["verdict"] for s in stats("split").values() for p in s["paired"]]
+    assert verdicts and None not in verdicts
     records = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     for key in (
         "train/success",

@@ -22,6 +22,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Success and return",
         (
             "train/success",
+            "train/success_",
+            "train/successes",
+            "train/episodes",
             "train/return",
             "train/length",
             "train/valid_action_ratio",
@@ -121,8 +124,9 @@ def _eval_tables(runs: list[RunData]) -> str:
     for run in runs:
         if not run.evals:
             continue
-        columns = list(dict.fromkeys(k for r in run.evals for k in r if k.startswith("eval/success_")))
-        columns = ["eval/success", *columns, "eval/return", "eval/length", "eval/crashed_episodes"]
+        interval = ["eval/success_ci_low", "eval/success_ci_high"]
+        types = dict.fromkeys(k for r in run.evals for k in r if k.startswith("eval/success_") and k not in interval)
+        columns = ["eval/success", *interval, *types, "eval/return", "eval/length", "eval/crashed_episodes"]
         head = "".join(f"<th>{escape(c.removeprefix('eval/'))}</th>" for c in columns)
         rows = []
         for r in run.evals:

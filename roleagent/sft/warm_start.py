@@ -101,20 +101,31 @@ def _saved(out: Path) -> dict:
 
 
 def _evaluate(trainer, label: str, out: Path) -> None:
-    """Evaluate ``label`` once: later calls restore its results and metrics records."""
+    """Evaluate ``label`` once: later calls restore its results (per-game outcomes
+    included) and metrics records."""
     from roleagent.trainer.run_files import EvalResult
 
     saved = _saved(out)
     if label in saved:
-        for split, table, record in saved[label]:
-            trainer.evals.append(EvalResult(label, [], table, split, record))
-            trainer.metrics.write(record)
+        for row in saved[label]:
+            result = EvalResult.restored(row) if isinstance(row, dict) else _older_row(label, row)
+            trainer.evals.append(result)
+            trainer.metrics.write(result.record)
         return
     trainer.evaluate(label)
-    saved[label] = [(e.split, e.table, e.record) for e in trainer.evals if e.label == label]
+    saved[label] = [{**e.row(), "record": e.record} for e in trainer.evals if e.label == label]
     tmp = out / "evals.json.tmp"
     tmp.write_text(json.dumps(saved))
     tmp.replace(out / "evals.json")
+
+
+def _older_row(label: str, row: list):
+    """An ``evals.json`` row written before per-game outcomes were kept: ``[split, table,
+    record]`` (no counts, no paired test)."""
+    from roleagent.trainer.run_files import EvalResult
+
+    split, table, record = row
+    return EvalResult(label, [], table, split, record)
 
 
 def _warn(message: str) -> None:

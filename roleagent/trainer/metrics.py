@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from roleagent.methods.role_agent.aiw.analysis import point_biserial
+from roleagent.stats import wilson_interval
 from roleagent.trainer.advantages import state_group_sizes, zero_variance_fraction
 from roleagent.types import Trajectory
 
@@ -214,20 +215,44 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def finished_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
+    """(successes, finished episodes): crashed episodes count in neither."""
+    finished = [bool(t.success) for t in trajectories if not t.crashed]
+    return sum(finished), len(finished)
+
+
+def success_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    """Success among the episodes that ended (a crash is the machine's fault, not a
+    failure): ``success`` = successes / episodes (NaN if every episode crashed), the counts
+    ``successes`` and ``episodes`` (finished episodes), and the 95 % Wilson interval
+    ``success_ci_low`` / ``success_ci_high`` (fractions; [0, 1] without a finished episode).
+
+    Example: 3 successes, 1 failure, 1 crash → success 0.75, successes 3, episodes 4,
+    interval (0.3006, 0.9544).
+    """
+    k, n = finished_counts(trajectories)
+    low, high = wilson_interval(k, n)
+    return {
+        f"{prefix}success": k / n if n else math.nan,
+        f"{prefix}successes": k,
+        f"{prefix}episodes": n,
+        f"{prefix}success_ci_low": low,
+        f"{prefix}success_ci_high": high,
+    }
+
+
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
-    """Success (crashed episodes left out; NaN if all crashed), return, length, valid-action
-    ratio, crashed fraction; WIA score and its link to success."""
+    """Success with its counts and interval (:func:`success_metrics`), return, length,
+    valid-action ratio, crashed fraction; WIA score and its link to success."""
     if not trajectories:
         return {}
     steps = [s for t in trajectories for s in t.steps]
-    finished = [t for t in trajectories if not t.crashed]
 
     def share(flags: list[bool]) -> float:  # of all steps; 0.0 when there are none
         return float(np.mean(flags)) if flags else 0.0
 
     out = {
-        # Success among episodes that ended (a crash is the machine's fault, not a failure).
-        f"{prefix}success": (float(np.mean([t.success for t in finished])) if finished else math.nan),
+        **success_metrics(trajectories, prefix),
         f"{prefix}return": float(np.mean([t.episode_return for t in trajectories])),
         f"{prefix}length": float(np.mean([len(t.steps) for t in trajectories])),
         f"{prefix}valid_action_ratio": share([s.valid for s in steps]),

@@ -1,0 +1,92 @@
+"""``roleagent.stats``: Wilson intervals and the exact McNemar test against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from roleagent.stats import format_rate, mcnemar_exact_p, paired_test, wilson_interval
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "low", "high"),
+    [
+        (0, 10, 0.0, 0.277533),  # z²/(n + z²) = 3.841459/13.841459
+        (5, 10, 0.236593, 0.763407),  # 0.5 ∓ 1.959964·√3.460365/13.841459
+        (10, 10, 0.722467, 1.0),
+        (1, 10, 0.017876, 0.404150),
+        (14, 48, 0.182416, 0.431793),
+        (1, 1, 0.206549, 1.0),
+    ],
+)
+def test_wilson_interval_matches_hand_computed_values(k, n, low, high):
+    got = wilson_interval(k, n)
+    assert got == pytest.approx((low, high), abs=1e-6)
+
+
+def test_wilson_interval_ends_and_edges():
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0  # exactly, no residue
+    assert wilson_interval(0, 0) == (0.0, 1.0)  # nothing known
+    low90, high90 = wilson_interval(5, 10, z=1.644854)
+    assert (low90, high90) == pytest.approx((0.2692, 0.7308), abs=1e-4)  # narrower at 90 %
+    for bad in [(-1, 3), (4, 3)]:
+        with pytest.raises(ValueError):
+            wilson_interval(*bad)
+
+
+def test_wilson_interval_approaches_the_textbook_interval_for_large_n():
+    low, high = wilson_interval(3000, 10000)  # p̂ ± 1.96·√(0.3·0.7/10000) = 0.3 ∓ 0.008982
+    assert (low, high) == pytest.approx((0.291018, 0.308982), abs=1e-4)
+
+
+def test_format_rate():
+    assert format_rate(14, 48) == "14/48 = 29.2% [18.2, 43.2]"
+    assert format_rate(0, 12) == "0/12 = 0.0% [0.0, 24.2]"
+    assert format_rate(12, 12) == "12/12 = 100.0% [75.8, 100.0]"
+    assert format_rate(0, 0) == "0/0 = n/a"
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "p"),
+    [
+        (0, 6, 0.03125),  # 2 · 1/64
+        (6, 0, 0.03125),
+        (1, 1, 1.0),  # 2 · 3/4, capped
+        (0, 0, 1.0),
+        (1, 7, 0.0703125),  # 2 · (1 + 8)/256
+        (2, 9, 0.0654296875),  # 2 · (1 + 11 + 55)/2048
+        (0, 5, 0.0625),  # 2/32: five games are not enough
+        (5, 5, 1.0),
+    ],
+)
+def test_mcnemar_exact_p(b, c, p):
+    assert mcnemar_exact_p(b, c) == p
+
+
+def test_mcnemar_exact_p_large_counts_stay_finite():
+    p = mcnemar_exact_p(450, 550)  # 2^1000 does not fit a float; the ratio does
+    assert 0.0 < p < 0.01 and math.isfinite(p)
+
+
+def test_paired_test_gain_loss_and_crashes():
+    before = [False] * 6 + [True] * 4 + [None]
+    after = [True] * 6 + [True] * 4 + [False]  # six failures turned into successes, a crash left out
+    t = paired_test(before, after)
+    assert (t.pairs, t.b, t.c, t.p_value, t.verdict) == (10, 0, 6, 0.03125, "gain")
+    assert t.difference == pytest.approx(60.0)
+    lost = paired_test(after[:10], before[:10])
+    assert (lost.b, lost.c, lost.verdict, lost.difference) == (6, 0, "loss", -60.0)
+
+
+def test_paired_test_unresolved_and_unchanged():
+    t = paired_test([True, False, None], [False, True, True])
+    assert (t.pairs, t.b, t.c, t.difference, t.p_value, t.verdict) == (2, 1, 1, 0.0, 1.0, "unresolved")
+    five = paired_test([False] * 5, [True] * 5)  # +100 points, yet p = 0.0625
+    assert (five.verdict, five.p_value) == ("unresolved", 0.0625)
+    same = paired_test([True, False, False], [True, False, False])
+    assert (same.pairs, same.p_value, same.verdict) == (3, 1.0, "unchanged")
+    nothing = paired_test([None, True], [False, None])  # no game played by both
+    assert (nothing.pairs, nothing.difference, nothing.verdict) == (0, 0.0, "unresolved")
+    with pytest.raises(ValueError, match="same games"):
+        paired_test([True], [True, False])
