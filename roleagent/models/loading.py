@@ -141,7 +141,7 @@ def load_policy(
     dtype: str = "auto",
     lora_rank: int = 0,
     lora_alpha: int = 32,
-    lora_target: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    lora_target: str | tuple[str, ...] = "attention",
     adapter_path: str | Path | None = None,
     seed: int = 0,
     init_from: str | Path = "",
@@ -177,7 +177,7 @@ def load_policy(
                 r=lora_rank,
                 lora_alpha=lora_alpha,
                 lora_dropout=0.0,
-                target_modules=list(lora_target),
+                target_modules=lora_targets(lora_target),
                 task_type="CAUSAL_LM",
             )
             with torch.random.fork_rng():
@@ -185,6 +185,23 @@ def load_policy(
                 model = get_peft_model(model, config)
         lora = True
     return Policy(model=model, tokenizer=tokenizer, name=spec, lora=lora)
+
+
+#: ``model.lora_target`` short names → peft ``target_modules``
+LORA_TARGETS = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"], "all-linear": "all-linear"}
+
+
+def lora_targets(spec: str | tuple[str, ...]) -> list[str] | str:
+    """peft's ``target_modules`` for ``model.lora_target``.
+
+    >>> lora_targets("attention")
+    ['q_proj', 'k_proj', 'v_proj', 'o_proj']
+    >>> lora_targets("q_proj, up_proj")
+    ['q_proj', 'up_proj']
+    """
+    if not isinstance(spec, str):
+        return list(spec)
+    return LORA_TARGETS.get(spec) or [name.strip() for name in spec.split(",") if name.strip()]
 
 
 def load_init_model(spec: str, init_from: str | Path, *, dtype: torch.dtype) -> torch.nn.Module:
@@ -240,6 +257,7 @@ def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora
         dtype=m.dtype,
         lora_rank=m.lora_rank if lora else 0,
         lora_alpha=m.lora_alpha,
+        lora_target=getattr(m, "lora_target", "attention"),
         seed=seed,
         init_from=init_from,
     )

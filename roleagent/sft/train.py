@@ -39,6 +39,7 @@ from roleagent.models.loading import SFT_INFO, Policy
 from roleagent.sft.data import EncodedExample
 from roleagent.trainer.checkpoint import CheckpointError, apply_checkpoint, find_checkpoint, save_checkpoint
 from roleagent.trainer.metrics import peak_rss_mb
+from roleagent.trainer.optimizer import Optimizer
 from roleagent.trainer.update import micro_batches, token_logprobs
 
 DONE = "done.json"
@@ -115,18 +116,25 @@ def train_sft(
     if not examples:
         raise ValueError("no SFT examples to train on")
     out.mkdir(parents=True, exist_ok=True)
-    params = [p for p in policy.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = sft_optimizer(policy, cfg, total_steps=cfg.epochs * -(-len(examples) // cfg.batch_examples))
     digest = data_digest(examples)
-    start = _resume(out, policy, optimizer, digest, log)
+    start = _resume(out, policy, optimizer.adamw, digest, log)
     for epoch in range(start, cfg.epochs):
         record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch)
         with (out / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         if log is not None:
             log(f"sft epoch {epoch}: loss={record['loss']:.4f} tokens/s={record['tokens_per_s']:.0f}")
-        save_checkpoint(out, epoch, policy=policy, optimizer=optimizer, state={"data": digest, "epochs": cfg.epochs})
+        state = {"data": digest, "epochs": cfg.epochs}
+        save_checkpoint(out, epoch, policy=policy, optimizer=optimizer.adamw, state=state)
     return save_final(policy, out, base or {"base": policy.name, "base_init_from": "", "seed": seed})
+
+
+def sft_optimizer(policy: Policy, cfg, *, total_steps: int) -> Optimizer:
+    """The SFT optimizer (``roleagent.trainer.optimizer``) over the policy's trainable
+    weights, its schedule spread over ``total_steps``."""
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    return Optimizer.from_config(params, cfg, total_steps=total_steps, what="SFT")
 
 
 def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
@@ -146,23 +154,22 @@ def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
     return start
 
 
-def sft_epoch(policy: Policy, optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int) -> dict:
+def sft_epoch(policy: Policy, optimizer: Optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int) -> dict:
     """One pass over ``examples`` in ``cfg.batch_examples``-example steps (order seeded by
-    ``seed`` and ``epoch``); returns the epoch's metrics record."""
+    ``seed`` and ``epoch``); returns the epoch's metrics record. A step with a non-finite
+    gradient norm is skipped and counted (``nonfinite_skipped``), as in RL."""
     order = list(range(len(examples)))
     random.Random(f"{seed}/{epoch}").shuffle(order)
     policy.model.train()
     started = time.perf_counter()
-    loss_sum = tokens = seen = steps = 0
+    loss_sum = tokens = seen = steps = skipped = 0
     for start in range(0, len(order), cfg.batch_examples):
         batch = [examples[i] for i in order[start : start + cfg.batch_examples]]
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss, n = sft_step_loss(policy, batch, cfg.micro_batch_tokens)
-        grads = [p for p in policy.model.parameters() if p.requires_grad]
-        norm = torch.nn.utils.clip_grad_norm_(grads, cfg.grad_clip)
-        if not torch.isfinite(norm):
-            raise FloatingPointError("non-finite SFT gradient norm: lower sft.lr")
-        optimizer.step()
+        if optimizer.step() is None:
+            skipped += 1
+            continue
         loss_sum, tokens, steps = loss_sum + loss * n, tokens + n, steps + 1
         seen += sum(len(e.ids) for e in batch)
     elapsed = time.perf_counter() - started
@@ -172,6 +179,8 @@ def sft_epoch(policy: Policy, optimizer, examples: list[EncodedExample], cfg, se
         "loss": loss_sum / max(tokens, 1),
         "loss_tokens": tokens,
         "steps": steps,
+        "nonfinite_skipped": skipped,
+        "lr": optimizer.lr,
         "tokens_per_s": seen / max(elapsed, 1e-9),
         "time_s": elapsed,
         "peak_rss_mb": peak_rss_mb(),

@@ -41,7 +41,8 @@ import torch
 from roleagent.algos.gae import clipped_value_loss, explained_variance
 from roleagent.critic_config import CriticConfig
 from roleagent.models.loading import Policy, policy_from_config
-from roleagent.trainer.update import grad_norm, micro_batches
+from roleagent.trainer.optimizer import Optimizer
+from roleagent.trainer.update import micro_batches
 
 
 @dataclass
@@ -70,7 +71,8 @@ class Critic:
         torch.nn.init.zeros_(self.head.bias)
         self.backbone_params = [] if self.shared else [p for p in self.backbone.parameters() if p.requires_grad]
         self.params = [*self.head.parameters(), *self.backbone_params]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.stepper = Optimizer.from_config(self.params, cfg, what="critic")
+        self.optimizer = self.stepper.adamw  # what checkpoints save
         self.rng = random.Random(seed)
 
     # ------------------------------------------------------------------ values ------
@@ -143,7 +145,7 @@ class Critic:
 
     def _step(self, mini: list[_Prompt], old: np.ndarray, returns: np.ndarray) -> tuple[dict[str, float], float]:
         """One optimizer step on a mini-batch (micro-batched; the loss is its sample mean)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.stepper.zero_grad()
         metrics = {"value_loss": 0.0, "value_clip_frac": 0.0}
         for micro in micro_batches(mini, self.cfg.micro_batch_tokens):
             index = [p.index for p in micro]
@@ -155,13 +157,8 @@ class Critic:
             (loss * share).backward()
             for key in metrics:
                 metrics[key] += parts[key] * share
-        norm = grad_norm(self.params)
-        if not math.isfinite(norm):  # never apply a NaN step
-            self.optimizer.zero_grad(set_to_none=True)
-            return metrics, norm
-        torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
-        self.optimizer.step()
-        return metrics, norm
+        norm = self.stepper.step()  # None: a non-finite norm, not applied
+        return metrics, math.nan if norm is None else norm
 
     # ------------------------------------------------------------- checkpoints ------
 

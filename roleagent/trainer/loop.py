@@ -104,7 +104,7 @@ class Trainer:
         slots = -(-r.tasks_per_iter * r.group_size // self.world_size)  # this rank's share of the episodes
         self.pool = make_pool(cfg.env, slots=slots)  # worker processes, in-process or Ray actors
         env = self.pool.meta
-        self.train_tasks = env.tasks(cfg.env.train_split)
+        self.train_tasks = panel(env.tasks(cfg.env.train_split), cfg.env.train_tasks)  # the first k, or all
         self.eval_panels = {split: panel(env.tasks(split), cfg.eval.max_tasks) for split in eval_splits(cfg)}
         self.eval_tasks = next(iter(self.eval_panels.values()))  # the first panel
         if len(self.train_tasks) < r.tasks_per_iter:
@@ -157,6 +157,7 @@ class Trainer:
                 cfg.optim,
                 temperature=cfg.rollout.temperature,
                 diagnostics_path=self.run_dir / "nonfinite.jsonl",
+                total_steps=cfg.iterations * cfg.optim.epochs * cfg.optim.mini_batches,
             ),
         )
 

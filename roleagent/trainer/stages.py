@@ -108,8 +108,10 @@ class PPOObjective:
     sample per generated turn, plus what each method adds for that turn
     (``Method.extra_samples``, e.g. World-In-Agent's prediction tokens)."""
 
-    def __init__(self, policy, optim_cfg, *, temperature: float, diagnostics_path=None):
-        self.updater = Updater(policy, optim_cfg, temperature=temperature, diagnostics_path=diagnostics_path)
+    def __init__(self, policy, optim_cfg, *, temperature: float, diagnostics_path=None, total_steps: int = 0):
+        self.updater = Updater(
+            policy, optim_cfg, temperature=temperature, diagnostics_path=diagnostics_path, total_steps=total_steps
+        )
         self.optimizer = self.updater.optimizer
         self.pack = optim_cfg.pack_episodes
 

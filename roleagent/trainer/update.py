@@ -53,20 +53,18 @@ import copy
 import functools
 import math
 import random
-import warnings
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor
 
 from roleagent.algos import policy_loss, token_entropy_from_logits
 from roleagent.config import OptimConfig
 from roleagent.engine.constrain import restrict_logits
 from roleagent.models.loading import Policy
-from roleagent.trainer.nonfinite import append_record, diagnose
+from roleagent.trainer.nonfinite import diagnose
+from roleagent.trainer.optimizer import Optimizer
 
 
 @dataclass
@@ -201,16 +199,6 @@ def token_logprobs(
     return logprobs, entropy
 
 
-def grad_norm(params: list[torch.nn.Parameter]) -> float:
-    """L2 norm of all gradients together, each reduced in float32, before clipping.
-
-    Example: gradients [3.0] and [[0.0, 4.0]] → 5.0; a NaN anywhere → nan.
-    """
-    norms = [torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32) for p in params if p.grad is not None]
-    norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]  # FSDP: reduced over ranks
-    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-
-
 class Updater:
     """Holds the optimizer and the reference policy; runs one iteration's update.
 
@@ -219,21 +207,32 @@ class Updater:
     when given, else kept in ``nonfinite_records`` (the last 16)."""
 
     def __init__(
-        self, policy: Policy, cfg: OptimConfig, *, temperature: float = 1.0, diagnostics_path: str | Path | None = None
+        self,
+        policy: Policy,
+        cfg: OptimConfig,
+        *,
+        temperature: float = 1.0,
+        diagnostics_path: str | Path | None = None,
+        total_steps: int = 0,
     ):
         self.policy = policy
         self.cfg = cfg
         self.temperature = temperature
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.diagnostics_path = diagnostics_path
-        self.nonfinite_records: deque[dict] = deque(maxlen=16)
-        self.nonfinite_streak = 0  # consecutive skipped steps, over updates
-        self.steps = 0  # optimizer steps attempted (applied or skipped)
+        # total_steps: the schedule's length (a cosine schedule decays over it)
+        self.stepper = Optimizer.from_config(
+            self.params, cfg, total_steps=total_steps, diagnostics_path=diagnostics_path, what="policy"
+        )
+        self.optimizer = self.stepper.adamw  # what checkpoints save
         self.data_parallel = None  # roleagent.trainer.distributed.DataParallel: this rank's share, summed grads
         self.reference = None
         if cfg.kl_coef > 0 and not policy.lora:  # LoRA: the base with adapters off is the reference
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+
+    # the non-finite bookkeeping lives in the optimizer helper
+    nonfinite_streak = property(lambda self: self.stepper.nonfinite_streak)
+    nonfinite_records = property(lambda self: self.stepper.nonfinite_records)
+    steps = property(lambda self: self.stepper.attempts)
 
     def _reference_model(self):
         if self.policy.lora:
@@ -247,7 +246,7 @@ class Updater:
         if n_trained == 0:  # every advantage was zero: nothing to learn this iteration
             zeros = dict.fromkeys(("pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm"), 0.0)
             counts = {"samples": 0, "skipped_samples": len(samples), "trained_tokens": 0, "nonfinite_skipped": 0}
-            return {**counts, **zeros, "ratio_mean": 1.0}
+            return {**counts, **zeros, "ratio_mean": 1.0, "optimizer_steps": 0, "lr": self.stepper.lr}
         self.policy.model.train()
         index_of = {id(s): i for i, s in enumerate(samples)}
         totals: dict[str, list[float]] = {}
@@ -284,7 +283,47 @@ class Updater:
         out["samples"] = n_trained
         out["skipped_samples"] = len(samples) - n_trained
         out["trained_tokens"] = trained_tokens
+        out["optimizer_steps"] = steps
+        out["lr"] = self.stepper.lr
+        if cfg.measure_shift and self.data_parallel is None:
+            out.update(self.logprob_shift([s for s, skip in zip(samples, skipped) if not skip]))
         return out
+
+    def logprob_shift(self, samples: list[TrainSample]) -> dict[str, float]:
+        """How far this update moved the trained actions: the mean over actions of
+        Δ = log π_θ(a|s) − log π_old(a|s) (summed over the action's trained tokens), apart for
+        actions with positive and negative advantage (``logp_shift_pos``/``_neg``; left out
+        when there are none). A learning update raises the first and lowers the second.
+
+        Example: one action of advantage +1 whose two tokens went from log-probs (−1, −2) to
+        (−0.5, −1.5) and one of advantage −1 from (−1) to (−1.25) → pos +1.0, neg −0.25.
+        """
+        sums = {1: 0.0, -1: 0.0}
+        counts = {1: 0, -1: 0}
+        self.policy.model.eval()
+        with torch.no_grad():
+            for micro in micro_batches(samples, self.cfg.micro_batch_tokens):
+                *tensors, keep = _collate(
+                    micro, self.policy.tokenizer.pad_token_id, self.policy.device, self.cfg.skip_zero_advantage
+                )
+                input_ids, attention, positions, targets, old, mask, advantages = tensors
+                new, _ = token_logprobs(
+                    self.policy.model, input_ids, attention, positions, targets, keep,
+                    temperature=self.temperature, allowed=allowed_positions(micro, keep),
+                )  # fmt: skip
+                token_adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(mask)  # (B, K)
+                delta = ((new - old) * mask).double().cpu()  # (B, K)
+                token_adv, mask_cpu = token_adv.double().cpu(), mask.cpu()
+                for row in range(len(micro)):
+                    # an action is a run of trained tokens (a packed sample holds several)
+                    starts = (mask_cpu[row] > 0) & (torch.diff(mask_cpu[row], prepend=torch.zeros(1)) > 0)
+                    for sign in (1, -1):
+                        chosen = (token_adv[row] * sign > 0) & (mask_cpu[row] > 0)
+                        sums[sign] += float(delta[row][chosen].sum())
+                        counts[sign] += int((starts & chosen).sum())
+        self.policy.model.train()
+        names = {1: "logp_shift_pos", -1: "logp_shift_neg"}
+        return {names[sign]: sums[sign] / counts[sign] for sign in (1, -1) if counts[sign]}
 
     def micro_loss(self, micro: list[TrainSample], probe: dict | None = None):
         """Collate ``micro`` and compute its token-mean policy loss; returns ``(loss,
@@ -352,42 +391,6 @@ class Updater:
         return micros, losses
 
     def _step(self, diagnosis=None) -> float | None:
-        """Clip and apply the accumulated gradients; returns their norm before clipping.
-        A non-finite norm skips the step (gradients zeroed, ``diagnosis(norm)`` recorded) and
-        returns ``None``; the step after ``optim.max_nonfinite_skips`` consecutive skips raises."""
-        self.steps += 1
-        norm = grad_norm(self.params)
-        if math.isfinite(norm):
-            coef = min(1.0, self.cfg.grad_clip / (norm + 1e-6))  # as torch.nn.utils.clip_grad_norm_
-            for p in self.params:
-                if p.grad is not None and coef < 1.0:
-                    p.grad.mul_(coef)
-            self.optimizer.step()
-            self.nonfinite_streak = 0
-            return norm
-        self.nonfinite_streak += 1
-        record = {"step": self.steps, "consecutive_skips": self.nonfinite_streak}
-        record["grad_norm"] = norm
-        if diagnosis is not None:
-            try:
-                record.update(diagnosis(norm))
-            except Exception as error:  # noqa: BLE001 - a failed diagnosis must not turn a skip into a crash
-                record["diagnosis_error"] = f"{type(error).__name__}: {error}"
-        self.optimizer.zero_grad(set_to_none=True)  # never apply a NaN step
-        self.nonfinite_records.append(record)
-        where = "nonfinite_records"
-        if self.diagnostics_path is not None:
-            append_record(self.diagnostics_path, record)
-            where = str(self.diagnostics_path)
-        if self.nonfinite_streak > self.cfg.max_nonfinite_skips:
-            raise FloatingPointError(
-                f"non-finite gradient norm in {self.nonfinite_streak} consecutive steps "
-                f"(optim.max_nonfinite_skips={self.cfg.max_nonfinite_skips}); diagnosis in {where}: "
-                "lower optim.lr or check the advantages"
-            )
-        warnings.warn(
-            f"skipped optimizer step {self.steps}: gradient norm {norm}; diagnosis in {where}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
+        """Clip and apply the accumulated gradients (``roleagent.trainer.optimizer``);
+        returns their norm before clipping, or ``None`` for a skipped non-finite step."""
+        return self.stepper.step(diagnosis)

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from roleagent.algos.agent_r import alpha_for_iteration
 from roleagent.fields import ConfigError
@@ -37,7 +36,7 @@ from roleagent.methods.agent_r.mcts import MCTSSettings, save_trees, search_tree
 from roleagent.methods.base import Method
 from roleagent.sft.config import SFTConfig
 from roleagent.sft.data import SFTDataError, encode_example, read_examples, write_examples
-from roleagent.sft.train import sft_epoch
+from roleagent.sft.train import sft_epoch, sft_optimizer
 from roleagent.trainer.metrics import peak_rss_mb
 
 
@@ -183,12 +182,12 @@ class AgentRObjective:
         cfg = method.config
         policy = method.context.engine.policy
         self.policy = policy
-        params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
         grad_clip = method.context.cfg.optim.grad_clip
         self.sft = SFTConfig(
-            batch_examples=cfg.batch_examples, micro_batch_tokens=cfg.micro_batch_tokens, grad_clip=grad_clip
+            lr=cfg.lr, batch_examples=cfg.batch_examples, micro_batch_tokens=cfg.micro_batch_tokens, grad_clip=grad_clip
         )
+        self.stepper = sft_optimizer(policy, self.sft, total_steps=0)  # constant rate over the iterations
+        self.optimizer = self.stepper.adamw  # what checkpoints save
 
     def samples(self, batch, advantages: np.ndarray, methods) -> list:
         return list(self.method.examples)
@@ -199,7 +198,7 @@ class AgentRObjective:
             return {"examples": 0.0, "trained_tokens": 0.0}
         epochs = method.config.epochs_first if method.iteration == 0 else method.config.epochs_later
         seed = method.context.cfg.seed * 1000 + method.iteration
-        records = [sft_epoch(self.policy, self.optimizer, samples, self.sft, seed, e) for e in range(epochs)]
+        records = [sft_epoch(self.policy, self.stepper, samples, self.sft, seed, e) for e in range(epochs)]
         tokens = sum(r["loss_tokens"] for r in records)
         return {
             "examples": float(len(samples)),

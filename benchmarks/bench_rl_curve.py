@@ -1,0 +1,136 @@
+"""Does RL in roleagent improve a real agent? A learning curve on a fixed set of ALFWorld games.
+
+The main recipe (``role_agent_alfworld``: Role-Agent with World-In-Agent, constrained actions)
+starts from a supervised warm start (``--init-from``, e.g. the main job's
+``runs/role_agent_alfworld/sft/final``, fresh LoRA adapters) and trains on the first
+``--games`` games of the TRAINING split only (``env.train_tasks``), every game in every
+iteration (``rollout.tasks_per_iter = --games``, ``rollout.group_size`` rollouts each). The
+same games are evaluated before, every ``--eval-every`` iterations and at the end: greedy
+once, and ``--sampled`` times at the training temperature (``eval.sampled``). This is the
+existence proof the framework needs ("RL on these games raises success on them"), not a
+generalisation claim: the panel IS the training set, and the report says so.
+
+Output (``--out``): the run directory (resumable: rerun with a larger ``--iterations`` to go
+on), ``curve.json`` and ``curve.md``: per evaluation greedy and sampled success with counts
+and 95% Wilson intervals and the exact McNemar test of the greedy outcomes against the
+start (same games); per iteration training success with its interval, optimizer steps,
+KL to the warm start (``update/kl``: the LoRA adapters off are the reference) and how far
+log π of positive- and negative-advantage actions moved (``update/logp_shift_*``).
+
+    python benchmarks/bench_rl_curve.py --init-from runs/role_agent_alfworld/sft/final \\
+        [--games 8] [--iterations 12] [--eval-every 2] [--sampled 4] [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from roleagent.config import load_config
+from roleagent.stats import format_rate, paired_test
+from roleagent.trainer import Trainer
+
+RECIPE = "role_agent_alfworld"
+
+
+def overrides(args) -> list[str]:
+    """The recipe's settings for the curve (module docstring), then the user's ``--set``."""
+    return [
+        "sft.enabled=false",
+        f"model.init_from={args.init_from}",
+        f"env.train_tasks={args.games}",
+        "eval.splits=[train]",
+        f"eval.max_tasks={args.games}",
+        f"eval.sampled={args.sampled}",
+        f"eval.every={args.eval_every}",
+        f"iterations={args.iterations}",
+        f"rollout.tasks_per_iter={args.games}",
+        f"rollout.group_size={args.group_size}",
+        f"run_dir={args.out}",
+        "report_to=[jsonl]",
+        *args.set,
+    ]
+
+
+def read_curve(run_dir: Path) -> dict:
+    """Evaluations and iterations from a run's metrics.jsonl (the first panel)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    iterations = [r for r in records if "iteration" in r]
+    evals = []
+    for r in records:
+        if "eval" not in r:
+            continue
+        at = 0 if r["eval"] == "before" else len(iterations) if r["eval"] == "after" else int(r["eval"][4:])
+        evals.append({"iteration": at, **{k.removeprefix("eval/"): v for k, v in r.items() if k.startswith("eval/")}})
+    return {"evals": evals, "iterations": iterations}
+
+
+def table(curve: dict) -> str:
+    """The markdown tables of ``curve.md``."""
+    evals, iterations = curve["evals"], curve["iterations"]
+    start = evals[0]
+    lines = [
+        "| after iteration | greedy | sampled | greedy vs start (McNemar) |",
+        "|---|---|---|---|",
+    ]
+    for e in evals:
+        test = paired_test([_bool(x) for x in start["outcomes"]], [_bool(x) for x in e["outcomes"]])
+        sampled = format_rate(e["sampled_successes"], e["sampled_episodes"]) if e.get("sampled_episodes") else "-"
+        lines.append(
+            f"| {e['iteration']} | {format_rate(e['successes'], e['episodes'])} | {sampled} | "
+            f"{test.difference:+.1f} points, b={test.b} c={test.c}, p={test.p_value:.3g}: {test.verdict} |"
+        )
+    lines += [
+        "",
+        "| iteration | training success | optimizer steps | KL to start | Δlog π (A>0) | Δlog π (A<0) | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in iterations:
+        lines.append(
+            f"| {r['iteration']} | {format_rate(r['train/successes'], r['train/episodes'])} | "
+            f"{r.get('update/optimizer_steps', 0)} | {r.get('update/kl', float('nan')):.3g} | "
+            f"{r.get('update/logp_shift_pos', float('nan')):+.3f} | {r.get('update/logp_shift_neg', float('nan')):+.3f} | "
+            f"{r['time/iteration_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _bool(x) -> bool | None:
+    return None if x is None else bool(x)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--init-from", required=True, help="the SFT checkpoint RL starts from (its final/ folder)")
+    parser.add_argument("--games", type=int, default=8, help="the first k training games: trained on and evaluated")
+    parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument("--eval-every", type=int, default=2)
+    parser.add_argument("--sampled", type=int, default=4, help="sampled episodes per game per evaluation")
+    parser.add_argument("--group-size", type=int, default=4, help="rollouts per game per iteration")
+    parser.add_argument("--out", default="runs/bench_rl_curve")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    trainer = Trainer(load_config(RECIPE, overrides(args)))
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    out = Path(args.out)
+    curve = read_curve(out)
+    curve["command"] = (
+        "python benchmarks/bench_rl_curve.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "set")
+        + "".join(f" --set {s}" for s in args.set)
+    )
+    curve["minutes"] = (time.perf_counter() - started) / 60
+    (out / "curve.json").write_text(json.dumps(curve, indent=1))
+    text = table(curve)
+    (out / "curve.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
