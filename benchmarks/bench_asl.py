@@ -23,8 +23,12 @@ with no data is skipped, so an ASL run may finish more rounds in the budget). Me
   the PM phase the GRM-judged reward against exact match with the generator's own answer
   (``asl/pm_reward`` − ``asl/pm_env_success``: the reward-hacking gap) and their agreement.
 
-Output (``--out``): ``results.json``, ``table.md``, ``curves.png`` (test EM against
-iteration) and ``rounds.png`` (GRM held-out accuracy and the gap per round).
+Output (``--out``): ``results.json``, ``table.md`` (test EM before and after, mean ±
+sample std over seeds and the counts pooled over seeds with 95 % Wilson intervals and the
+paired test of the start against every seed's final evaluation; the papers' comparisons
+rule reward < ASL and frozen GRM < ASL with the seed-level difference ± s.e. and the paired
+test over (seed, question) pairs, ``_stats_table.py``; the rounds), ``curves.png`` (test EM
+against iteration) and ``rounds.png`` (GRM held-out accuracy and the gap per round).
 
     python benchmarks/bench_asl.py [--seeds 0 1 2] [--rounds 2] [--phase-iterations 1]
         [--panel 24] [--jobs 1] [--init-from DIR] [--set key=value ...] [--summarize]
@@ -38,12 +42,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import _stats_table as st
 import numpy as np
-from bench_learning import minutes, plot, read_run, run_cli, slug, stopped_note
+from bench_learning import final_runs, minutes, plot, read_run, run_cli, slug, stopped_note
 from bench_search import hop_success, ms, run_minutes, train_recipe, write_panel_qa
 
 RECIPE = "asl_search"
 ARMS = {"Rule reward (EM)": ["asl.enabled=false"], "ASL": [], "ASL, frozen GRM": ["asl.train_grm=false"]}
+#: the papers' claims on final test EM, worse first: ASL beats RLVR with the rule reward (Sun et
+#: al., 2025), and a frozen GRM is reward-hacked, so it ends below the trained one
+PAPER_ORDER = [("Rule reward (EM)", "ASL"), ("ASL, frozen GRM", "ASL")]
 #: per-round statistics: (metrics key, label), means over the round's iterations that log it
 ROUND_KEYS = {
     "grm_eval_accuracy": "asl/grm_eval_accuracy",
@@ -115,19 +123,23 @@ def _cell(rows: list[dict], key: str) -> str:
     return ms(values) if values else "-"
 
 
-def table(results: list[dict], before: float | None, arms: list[str], header: str) -> str:
-    """Test EM before/after per arm, then per ASL arm and round the GRM and hacking columns
-    (mean ± sample std over the seeds that reached that round)."""
+def table(results: list[dict], before: float | None, arms: list[str], header: str, warm: dict | None = None) -> str:
+    """Test EM before/after per arm (``warm``: the start's counts and outcomes), the
+    papers' comparisons, then per ASL arm and round the GRM and hacking columns (mean ±
+    sample std over the seeds that reached that round)."""
     start = f"{before:.1f}" if before is not None else "-"
-    lines = [header, "", "| arm | test EM before % | after % | after − before | rounds done | runs | min/run |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    columns = ["arm", "test EM before %", "after %", "after − before", "rounds done", "runs", "min/run"]
+    lines = [header, "", *st.md_header([*columns, *st.BEFORE_AFTER_COLUMNS])]
     for arm in arms:
         rows = [r for r in results if r["config"] == arm]
         if rows:
             gain = ms([r["after"] - before for r in rows]) if before is not None else "-"
             done = ms([float(len(r["rounds"])) for r in rows]) if any(r["rounds"] for r in rows) else "-"
+            counts = st.before_after_cells(warm, [r.get("final") or {} for r in rows])
             lines.append(f"| {arm} | {start} | {ms([r['after'] for r in rows])} | {gain} | {done} | "
-                         f"{len(rows)} | {minutes(rows)} |")  # fmt: skip
+                         f"{len(rows)} | {minutes(rows)} | " + " | ".join(counts) + " |")  # fmt: skip
+    order = st.ordering_table(PAPER_ORDER, final_runs([r for r in results if r["config"] in arms]))
+    lines += [""] + order if order else []
     lines += ["", "| arm | round | GRM held-out acc % | PG parsed % | PG kept % | PM GRM reward % | "
               "PM EM (generator's answer) % | gap (pp) | GRM agrees with EM % | seeds |", "|---|" + "---|" * 9]  # fmt: skip
     for arm in arms:
@@ -173,11 +185,12 @@ def plot_rounds(results: list[dict], path: Path) -> None:
 def summarize(out: Path, arms: list[str], seeds: list[int], header: str) -> str:
     start = hop_success(out / "warm_start_eval", "before")
     before = start["all"] if start else None
+    warm = st.panel_evaluation(st.eval_record(out / "warm_start_eval", "before", "test"))
     results = [r for s in seeds for a in arms if (r := read_arm(out / f"{folder(a)}_seed{s}", a, s))]
     header += stopped_note(results)
-    text = table(results, before, arms, header)
+    text = table(results, before, arms, header, warm)
     (out / "table.md").write_text(text)
-    (out / "results.json").write_text(json.dumps({"before": before, "runs": results}, indent=1))
+    (out / "results.json").write_text(json.dumps({"before": before, "start": warm, "runs": results}, indent=1))
     if results and before is not None:
         plot(results, before, out / "curves.png")
         plot_rounds(results, out / "rounds.png")

@@ -17,10 +17,13 @@ is evaluated greedily on the same fixed panel every ``--eval-every`` iterations 
 end. The panel is never trained on. Iteration 0 of every curve is one shared evaluation
 of the warm-start policy (greedy decoding from the same weights is the same for every run).
 
-Output (in ``--out``): ``results.json`` (every run's curve), ``curves.png`` (panel success
-against iteration, mean over seeds with a ±1 sample-std band), ``table.md`` (before and
-after, mean ± sample std over seeds; the orderings the paper reports and what the
-measurement shows, with the uncertainty).
+Output (in ``--out``): ``results.json`` (every run's curve and final per-game outcomes),
+``curves.png`` (panel success against iteration, mean over seeds with a ±1 sample-std band),
+``table.md`` (before and after, mean ± sample std over seeds, and the counts pooled over
+seeds with 95 % Wilson intervals and the paired test of the warm start against every
+seed's final evaluation; the orderings the paper reports and what the measurement shows:
+the seed-level difference ± s.e. and the paired test over (seed, game) pairs, with the
+verdict from the paired test where per-game outcomes were recorded; ``_stats_table.py``).
 
 Runs go to subprocesses (``roleagent train``), ``--jobs`` at a time; with more than one
 job each uses one torch thread (two processes that each want every core slow each other
@@ -41,6 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import _stats_table as st
 import numpy as np
 
 from roleagent.config import load_config
@@ -120,21 +124,23 @@ def train_one(*, name: str, seed: int, overrides: list[str], out: Path, threads:
 def read_run(run_dir: Path, name: str, seed: int, minutes: float = float("nan")) -> dict | None:
     """A run's panel curve from its metrics.jsonl: ``(iteration, success %)`` for every
     evaluation of the first panel ("iterK" after K iterations, "after" at the end); None
-    when it evaluated nothing. ``complete`` says whether the final evaluation is there."""
+    when it evaluated nothing. ``complete`` says whether the final evaluation is there;
+    ``final`` is the last evaluation's counts and per-game outcomes (``_stats_table``)."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return None
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     first_panel = next((r.get("split") for r in records if "eval" in r), None)
     iterations = [r for r in records if "iteration" in r]
-    curve = {}
+    curve, evaluated = {}, {}
     for r in records:
         if "eval" not in r or r.get("split") != first_panel:
             continue
         if r["eval"].startswith("iter"):
-            curve[int(r["eval"][4:])] = 100 * r["eval/success"]
+            evaluated[int(r["eval"][4:])] = r
         elif r["eval"] == "after":
-            curve[len(iterations)] = 100 * r["eval/success"]
+            evaluated[len(iterations)] = r
+    curve = {iteration: 100 * r["eval/success"] for iteration, r in evaluated.items()}
     if not curve:
         return None
     points = sorted(curve.items())
@@ -146,6 +152,7 @@ def read_run(run_dir: Path, name: str, seed: int, minutes: float = float("nan"))
         "after": points[-1][1],
         "complete": any(r.get("eval") == "after" for r in records),
         "train_success": 100 * float(np.mean([r["train/success"] for r in iterations])) if iterations else 0.0,
+        "final": st.panel_evaluation(evaluated[points[-1][0]]),
     }
 
 
@@ -174,24 +181,13 @@ def mean_std(values: list[float]) -> str:
     return f"{np.mean(values):5.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:4.1f}"
 
 
-def ordering_lines(results: list[dict]) -> list[str]:
-    """For each ordering the paper reports (a < b), the measured difference of mean final
-    success with its standard error sqrt(s_a²/n_a + s_b²/n_b), and a verdict: "shown"
-    when the difference exceeds two standard errors, "reversed" below minus two, else
-    "not resolved"."""
-    by = {}
+def final_runs(results: list[dict], arm: str = "config", value: str = "after") -> dict[str, dict[int, tuple]]:
+    """arm → seed → (final success %, final evaluation) of result dicts that name their arm
+    and success % under the keys ``arm`` and ``value``: :func:`_stats_table.ordering_table`'s input."""
+    runs: dict[str, dict[int, tuple]] = {}
     for r in results:
-        by.setdefault(r["config"], []).append(r["after"])
-    lines = []
-    for a, b in PAPER_ORDER:
-        if a not in by or b not in by:
-            continue
-        xa, xb = np.array(by[a]), np.array(by[b])
-        diff = xb.mean() - xa.mean()
-        se = float(np.sqrt(sum(x.var(ddof=1) / len(x) if len(x) > 1 else 0.0 for x in (xa, xb))))
-        verdict = "shown" if diff > 2 * se and se > 0 else "reversed" if diff < -2 * se and se > 0 else "not resolved"
-        lines.append(f"| {a} < {b} | {diff:+.1f} ± {se:.1f} | {verdict} |")
-    return lines
+        runs.setdefault(r[arm], {})[r["seed"]] = (r[value], r.get("final") or {})
+    return runs
 
 
 def plot(results: list[dict], before: float, path: Path) -> None:
@@ -217,28 +213,22 @@ def plot(results: list[dict], before: float, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def table(results: list[dict], before: float, configs: list[str], header: str) -> str:
-    lines = [
-        header,
-        "",
-        "| config | before % | after % | after − before | train % | min/run |",
-        "|---|---|---|---|---|---|",
-    ]
+def table(results: list[dict], before: float, configs: list[str], header: str, start: dict | None = None) -> str:
+    """Before (``start``: the shared warm-start evaluation's counts and outcomes) and after
+    per configuration, mean ± sample std over seeds and pooled counts with the paired
+    test; then the paper's orderings (``_stats_table.ordering_table``)."""
+    columns = ["before %", "after %", "after − before", "train %", "min/run", *st.BEFORE_AFTER_COLUMNS]
+    lines = [header, "", *st.md_header(["config", *columns])]
     for name in configs:
         rows = [r for r in results if r["config"] == name]
         after = [r["after"] for r in rows]
         gain = [a - before for a in after]
+        counts = st.before_after_cells(start, [r.get("final") or {} for r in rows])
         lines.append(
             f"| {name} | {before:.1f} | {mean_std(after)} | {mean_std(gain)} | "
-            f"{mean_std([r['train_success'] for r in rows])} | {minutes(rows)} |"
+            f"{mean_std([r['train_success'] for r in rows])} | {minutes(rows)} | " + " | ".join(counts) + " |"
         )
-    lines += [
-        "",
-        "| paper's ordering | measured Δ (after) ± s.e. | verdict |",
-        "|---|---|---|",
-        *ordering_lines(results),
-    ]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *st.ordering_table(PAPER_ORDER, final_runs(results))])
 
 
 def main() -> None:
@@ -279,6 +269,7 @@ def main() -> None:
                 )
             )
     results = [r for r in results if r is not None]
+    start = st.panel_evaluation(st.eval_record(out / "warm_start_eval", "before"))  # {} when not there
     cfg = load_config(recipe, common_sets(args, init))
     header = (
         f"From `{init}`; recipes with --set {' '.join(args.set) or '(none)'}: {cfg.iterations} iterations x "
@@ -287,10 +278,11 @@ def main() -> None:
         f"{(time.perf_counter() - started) / 60:.0f} min in all"
     )
     header += stopped_note(results)
-    text = table(results, before, args.configs, header)
+    text = table(results, before, args.configs, header, start)
     print("\n" + text)
     (out / "table.md").write_text(text + "\n")
-    (out / "results.json").write_text(json.dumps({"init_from": str(init), "before": before, "runs": results}, indent=2))
+    saved = {"init_from": str(init), "before": before, "start": start, "runs": results}
+    (out / "results.json").write_text(json.dumps(saved, indent=2))
     plot(results, before, out / "curves.png")
     print(f"curves: {out / 'curves.png'}")
 

@@ -7,7 +7,10 @@ Both arms start from the embedded SmolLM2-135M-Instruct and use the shipped reci
 SEAL section differs. The "before" evaluation is run once: it is the same for every arm and
 seed (same weights — LoRA starts as a no-op — same plain-interface panel, greedy decoding).
 
-Printed per arm: eval success before/after per category (mean ± std over seeds), and what
+Printed per arm: eval success before/after per category (mean ± std over seeds; then the
+counts pooled over seeds with 95 % Wilson intervals, the paired test of the shared start
+against every seed's final evaluation, and vanilla < SEAL with the seed-level difference ±
+s.e. and the paired test over (seed, task) pairs, ``_stats_table.py``), and what
 the policy does on the eval panel after training: valid tool-call ratio, calls per turn,
 and the distribution of the diagnosis labels (SEAL's code vocabulary per ground-truth turn
 and the dominant paper-priority type per episode); for training, the SEAL arm's mean
@@ -44,6 +47,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
+import _stats_table as st  # noqa: E402
+
 from roleagent.config import load_config  # noqa: E402
 from roleagent.methods.seal.method import diagnosis_metrics  # noqa: E402
 from roleagent.trainer import Trainer  # noqa: E402
@@ -78,7 +83,8 @@ def overrides(args, run_dir: Path, seed: int, iterations: int) -> list[str]:
 
 
 def panel_stats(trainer: Trainer, trajectories) -> dict:
-    """Per-category success and what the policy does (calls, labels) on a set of episodes."""
+    """Per-category success (% and, under ``evaluations``, counts and per-task outcomes in
+    panel order) and what the policy does (calls, labels) on a set of episodes."""
     diagnoses = []
     for t in trajectories:
         d = t.diagnosis
@@ -93,6 +99,11 @@ def panel_stats(trainer: Trainer, trajectories) -> dict:
         "behaviour": diagnosis_metrics(trajectories, diagnoses),
     }
     out["success"]["All"] = 100.0 * float(np.mean([t.success for t in trajectories]))
+    outcomes = [(t.task.metadata.get("category"), None if t.crashed else bool(t.success)) for t in trajectories]
+    out["evaluations"] = {
+        c: st.panel_evaluation({"eval/outcomes": [o for category, o in outcomes if c in (category, "All")]})
+        for c in out["success"]
+    }
     # turns that ran into rollout.max_new_tokens: the policy did not end its turn
     limit = trainer.cfg.rollout.max_new_tokens
     steps = [s for t in trajectories for s in t.steps if s.action_ids]
@@ -211,6 +222,20 @@ def _print_success(
     for arm, runs in results.items():
         cells = [fmt_mean_std([r["after"]["success"].get(c, float("nan")) for r in runs]) for c in cols]
         print(f"{arm + ' after':18s}" + "".join(f"{x:>16s}" for x in cells))
+
+    print("\nCounts pooled over seeds, 95% Wilson intervals, paired tests over (seed, task) pairs")
+    print("\n".join(st.md_header(["row", "category", *st.BEFORE_AFTER_COLUMNS])))
+    compared = {f"{arm} after": [r["after"] for r in runs] for arm, runs in results.items()}
+    if base is not None:  # the SFT start against the base model, on the same panel
+        compared = {"SFT start (from base)": [before]} | compared
+    for label, finals in compared.items():
+        start = base if label.startswith("SFT start") else before
+        for c in cols:
+            cells = st.before_after_cells(start["evaluations"].get(c), [f["evaluations"].get(c, {}) for f in finals])
+            print(f"| {label} | {c} | " + " | ".join(cells) + " |")
+    runs = {arm: {s: (r["after"]["success"]["All"], r["after"]["evaluations"]["All"]) for s, r in zip(args.seeds, v)}
+            for arm, v in results.items()}  # fmt: skip
+    print("\n".join(["", *st.ordering_table([("vanilla", "seal")], runs)]))
 
     print("\nEval-panel behaviour (greedy; mean over seeds for the trained arms)")
     keys = sorted({k for r in [before] + [x["after"] for v in results.values() for x in v] for k in r["behaviour"]})

@@ -20,7 +20,11 @@ rows interleaved round-robin over question types, seeded) and points ``env.kwarg
 it; the training and dev splits, and their order, are untouched.
 
 Output (``--out``): ``results.json``, ``table.md`` (EM success per hop count before and
-after, mean ± sample std over seeds) and ``curves.png`` (all-question panel success).
+after, mean ± sample std over seeds; then per hop count the counts pooled over seeds with
+95 % Wilson intervals and the paired test of the warm start against every seed's final
+evaluation, and the papers' ordering GRPO < GiGPO < Role-Agent with the seed-level
+difference ± s.e. and the paired test over (seed, question) pairs; ``_stats_table.py``)
+and ``curves.png`` (all-question panel success).
 
     python benchmarks/bench_search.py [--seeds 0 1 2] [--iterations 2] [--panel 24]
         [--jobs 1] [--init-from DIR | --expert-tasks 48] [--set key=value ...] [--summarize]
@@ -36,11 +40,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_learning import mean_std, minutes, plot, read_run, run_cli, slug, stopped_note, warm_start
+import _stats_table as st
+from bench_learning import final_runs, mean_std, minutes, plot, read_run, run_cli, slug, stopped_note, warm_start
 
+from roleagent.envs.search.env import SearchEnv
 from roleagent.envs.search.retriever import data_path
 
 ARMS = {"GRPO": "grpo_search", "GiGPO": "gigpo_search", "Role-Agent": "role_agent_search"}
+#: the papers' ordering of final EM, worst first (Wang et al., 2026, Table 2: GRPO < GiGPO < Role-Agent)
+PAPER_ORDER = [("GRPO", "GiGPO"), ("GiGPO", "Role-Agent")]
 #: the environment's evaluation-table columns (``SearchEnv.table_columns``) and their labels here
 HOPS = {"single-hop": "1-hop", "multi-hop": "2-hop", "All": "all"}
 
@@ -87,15 +95,26 @@ def hop_success(run_dir: Path, label: str) -> dict[str, float] | None:
     """EM success (%) per hop count of the test-panel evaluation ``label`` ("before",
     "after", "iterK"): ``{"1-hop", "2-hop", "all"}``; None when that evaluation is missing.
     A column with no question on the panel is left out."""
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return None
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    record = next((r for r in records if r.get("eval") == label and r.get("split") == "test"), None)
+    record = st.eval_record(run_dir, label, "test")
     if record is None:
         return None
     # the per-type keys are the evaluation table's, already in percent (eval/success is a fraction)
     return {short: record[f"eval/success_{key}"] for key, short in HOPS.items() if f"eval/success_{key}" in record}
+
+
+def hop_evaluations(run_dir: Path, label: str) -> dict[str, dict]:
+    """Counts and per-game outcomes (``_stats_table``) per hop count of the test-panel
+    evaluation ``label``: "all" from its metrics record, the hop columns by each game's
+    type in the evaluation's rollout dump (``rollouts/eval_<label>[_test].jsonl``); a
+    column is ``{}`` when they were not recorded."""
+    every = st.panel_evaluation(st.eval_record(run_dir, label, "test"))
+    dumps = [run_dir / "rollouts" / f"eval_{label}{tail}.jsonl" for tail in ("_test", "")]
+    dump = next((path for path in dumps if path.exists()), None)
+    lines = dump.read_text().splitlines() if dump else []
+    types = [str(json.loads(line)["metadata"].get("task_type")) for line in lines if line.strip()]
+    hop_of = {t: HOPS[name] for t, name in SearchEnv.table_columns.items()}  # "1" -> "1-hop"
+    out = {hop: st.subset(every, [hop_of.get(t) == hop for t in types] if dump else None) for hop in hop_of.values()}
+    return {**out, "all": every}
 
 
 def read_arm(run_dir: Path, arm: str, seed: int) -> dict | None:
@@ -106,6 +125,7 @@ def read_arm(run_dir: Path, arm: str, seed: int) -> dict | None:
         return None
     last = "after" if result["complete"] else f"iter{result['curve'][-1][0]}"
     result["hops"] = hop_success(run_dir, last) or {}
+    result["hop_finals"] = hop_evaluations(run_dir, last)
     return result
 
 
@@ -137,9 +157,13 @@ def train_one(*, arm: str, seed: int, overrides: list[str], out: Path, threads: 
     return result
 
 
-def table(results: list[dict], before: dict[str, float] | None, arms: list[str], header: str) -> str:
-    """Before (the shared warm start) and after, per hop count, mean ± sample std over seeds."""
-    before = before or {}
+def table(
+    results: list[dict], before: dict[str, float] | None, arms: list[str], header: str, warm: dict | None = None
+) -> str:
+    """Before (the shared warm start) and after, per hop count, mean ± sample std over seeds;
+    then per arm and hop count the counts and the paired test (``warm``: the warm start's
+    :func:`hop_evaluations`), and the papers' ordering on all questions."""
+    before, warm = before or {}, warm or {}
     columns = [c for c in HOPS.values() if c in before or any(c in r["hops"] for r in results)]
     lines = [
         header,
@@ -157,18 +181,26 @@ def table(results: list[dict], before: dict[str, float] | None, arms: list[str],
             cells.append(f"{start} | {ms([r['hops'][c] for r in rows if c in r['hops']])}")
         gain = ms([r["hops"]["all"] - before["all"] for r in rows if "all" in r["hops"] and "all" in before])
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {gain} | {len(rows)} | {minutes(rows)} |")
-    return "\n".join(lines) + "\n"
+    lines += ["", *st.md_header(["method", "questions", *st.BEFORE_AFTER_COLUMNS])]
+    for arm in arms:
+        rows = [r for r in results if r["config"] == arm]
+        for c in columns if rows else []:
+            cells = st.before_after_cells(warm.get(c), [r.get("hop_finals", {}).get(c, {}) for r in rows])
+            lines.append(f"| {arm} | {c} | " + " | ".join(cells) + " |")
+    order = st.ordering_table(PAPER_ORDER, final_runs([r for r in results if r["config"] in arms]))
+    return "\n".join([*lines, *([""] + order if order else [])]) + "\n"
 
 
 def summarize(out: Path, arms: list[str], seeds: list[int], header: str) -> str:
     """Tabulate what is in ``out`` (also for an interrupted benchmark): table.md,
     results.json and curves.png."""
     before = hop_success(out / "warm_start_eval", "before")
+    start = hop_evaluations(out / "warm_start_eval", "before")
     results = [r for s in seeds for a in arms if (r := read_arm(out / f"{slug(a)}_seed{s}", a, s))]
     header += stopped_note(results)
-    text = table(results, before, arms, header)
+    text = table(results, before, arms, header, start)
     (out / "table.md").write_text(text)
-    (out / "results.json").write_text(json.dumps({"before": before, "runs": results}, indent=1))
+    (out / "results.json").write_text(json.dumps({"before": before, "start": start, "runs": results}, indent=1))
     if results and before:
         plot(results, before["all"], out / "curves.png")
     return text

@@ -108,8 +108,11 @@ def test_asl_table_rounds_and_reward_hacking_gap(tmp_path):
         _run(tmp_path / f"asl_seed{seed}", records + [_eval("after", 0.1, 0.0, 0.1)])
     text = bench_asl.summarize(tmp_path, list(bench_asl.ARMS), [0, 1], "header")
     lines = text.splitlines()
-    assert "| Rule reward (EM) | 10.0 | 20.0 ± 0.0 | 10.0 ± 0.0 | - | 1 | - |" in lines
-    assert "| ASL | 10.0 | 10.0 ± 0.0 | 0.0 ± 0.0 | 2.0 ± 0.0 | 2 | - |" in lines
+    unrecorded = " counts not recorded | counts not recorded | no per-game outcomes |"  # no eval/outcomes
+    assert "| Rule reward (EM) | 10.0 | 20.0 ± 0.0 | 10.0 ± 0.0 | - | 1 | - |" + unrecorded in lines
+    assert "| ASL | 10.0 | 10.0 ± 0.0 | 0.0 ± 0.0 | 2.0 ± 0.0 | 2 | - |" + unrecorded in lines
+    # the papers' comparisons from the seed level: 20 (one seed) against 10 ± 0
+    assert "| Rule reward (EM) < ASL | -10.0 ± 0.0 | no per-game outcomes | not resolved (seed-level s.e.) |" in lines
     # round 0: GRM accuracy 50 and 75 -> 62.5 ± 17.7; reward 75 vs EM 25 -> gap 50 pp
     assert (
         "| ASL | 0 | 62.5 ± 17.7 | 50.0 ± 0.0 | 25.0 ± 0.0 | 75.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 2 |"
@@ -121,3 +124,51 @@ def test_asl_table_rounds_and_reward_hacking_gap(tmp_path):
     )
     assert not any(line.startswith("| ASL, frozen GRM") for line in lines)
     assert (tmp_path / "rounds.png").stat().st_size > 0
+
+
+def _dump(folder: Path, name: str, hops: list[str]) -> None:
+    (folder / "rollouts").mkdir(exist_ok=True)
+    lines = [
+        json.dumps({"task_id": f"q{i}", "metadata": {"task_type": h}, "success": False}) for i, h in enumerate(hops)
+    ]
+    (folder / "rollouts" / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_search_table_counts_and_paired_tests_per_hop(tmp_path):
+    # 4 test questions: 1-hop, 2-hop, 1-hop, 2-hop; the warm start solves the first only
+    hops = ["1", "2", "1", "2"]
+    before = {**_eval("before", 0.5, 0.0, 0.25), "eval/outcomes": [1, 0, 0, 0]}
+    _run(tmp_path / "warm_start_eval", [before])
+    _dump(tmp_path / "warm_start_eval", "eval_before_test", hops)
+    for seed, outcomes in enumerate([[1, 1, 1, 0], [1, 0, 1, 1]]):  # seed 0: +2 games, seed 1: +2 games
+        one, two = (outcomes[0] + outcomes[2]) / 2, (outcomes[1] + outcomes[3]) / 2
+        after = {**_eval("after", one, two, sum(outcomes) / 4), "eval/outcomes": outcomes}
+        _run(tmp_path / f"grpo_seed{seed}", [{"iteration": 0, "train/success": 0.5}, after])
+        _dump(tmp_path / f"grpo_seed{seed}", "eval_after", hops)  # the eval split's name has no suffix
+        _run(tmp_path / f"gigpo_seed{seed}", [{"iteration": 0, "train/success": 0.5}, after])  # no dump: no hop counts
+    text = bench_search.summarize(tmp_path, ["GRPO", "GiGPO"], [0, 1], "header")
+    lines = text.splitlines()
+    # 1-hop: before 1/2, after 4/4 (b=0, c=2 of 4: p = 0.5); 2-hop: 0/2, 2/4 (c=2 of 4); all: 1/4, 6/8
+    assert (
+        "| GRPO | 1-hop | 1/2 = 50.0% [9.5, 90.5] | 4/4 = 100.0% [51.0, 100.0] | +50.0 pts, b=0 c=2 of 4, p=0.5: unresolved |"
+        in lines
+    )
+    assert (
+        "| GRPO | 2-hop | 0/2 = 0.0% [0.0, 65.8] | 2/4 = 50.0% [15.0, 85.0] | +50.0 pts, b=0 c=2 of 4, p=0.5: unresolved |"
+        in lines
+    )
+    assert (
+        "| GRPO | all | 1/4 = 25.0% [4.6, 69.9] | 6/8 = 75.0% [40.9, 92.9] | +50.0 pts, b=0 c=4 of 8, p=0.125: unresolved |"
+        in lines
+    )
+    assert "| GiGPO | 1-hop | 1/2 = 50.0% [9.5, 90.5] | counts not recorded | no per-game outcomes |" in lines
+    assert (
+        "| GiGPO | all | 1/4 = 25.0% [4.6, 69.9] | 6/8 = 75.0% [40.9, 92.9] | +50.0 pts, b=0 c=4 of 8, p=0.125: unresolved |"
+        in lines
+    )
+    assert (
+        "| GRPO < GiGPO | +0.0 ± 0.0 | +0.0 pts, b=0 c=0 of 8, p=1 | not resolved: no game differs (paired test) |"
+        in lines
+    )
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["start"]["1-hop"] == {"successes": 1, "episodes": 2, "outcomes": [True, False]}
