@@ -17,36 +17,13 @@ import os
 import re
 import typing
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from roleagent.fields import ConfigError
+from roleagent.fields import NONEMPTY, ConfigError, Rule, above, at_least, one_of, within
 from roleagent.methods.asl.config import RULES as ASL_RULES
 
-Rule = tuple[Callable[[Any], bool], str]  # (accepts value, what a valid value is)
-
-
-def at_least(low: float) -> Rule:
-    return (lambda v: v >= low), f">= {low}"
-
-
-def above(low: float) -> Rule:
-    return (lambda v: v > low), f"> {low}"
-
-
-def within(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> Rule:
-    def ok(v: float) -> bool:
-        return (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
-
-    return ok, f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
-
-
-def one_of(*options: str) -> Rule:
-    return (lambda v: v in options), "one of " + " | ".join(options)
-
-
-NONEMPTY: Rule = (lambda v: bool(str(v).strip())), "a non-empty string"
 SEED = within(0, 2**32 - 1)  # numpy's seed range
 DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None, "auto | cpu | mps | cuda | cuda:N")
 

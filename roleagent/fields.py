@@ -1,10 +1,13 @@
-"""The two building blocks of every config section, wherever it is defined:
-:class:`ConfigError` and ``_f(default, help)`` (a dataclass field carrying its help text
-in ``metadata["help"]``, which ``roleagent train --explain`` prints). Methods define their
-sections next to their code (``roleagent/methods/*/config.py``) with these."""
+"""The building blocks of every config section, wherever it is defined:
+:class:`ConfigError`, ``_f(default, help)`` (a dataclass field carrying its help text
+in ``metadata["help"]``, which ``roleagent train --explain`` prints) and the range rules
+(``at_least``, ``above``, ``within``, ``one_of``: ``(accepts value, what a valid value
+is)``, collected in ``roleagent.config_rules.FIELD_RULES``). Methods define their sections
+next to their code (``roleagent/methods/*/config.py``) with these."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
@@ -17,3 +20,28 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" re
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kwargs)
     return field(default=default, metadata={"help": help}, **kwargs)
+
+
+Rule = tuple[Callable[[Any], bool], str]  # (accepts value, what a valid value is)
+
+
+def at_least(low: float) -> Rule:
+    return (lambda v: v >= low), f">= {low}"
+
+
+def above(low: float) -> Rule:
+    return (lambda v: v > low), f"> {low}"
+
+
+def within(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> Rule:
+    def ok(v: float) -> bool:
+        return (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+
+    return ok, f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+
+
+def one_of(*options: str) -> Rule:
+    return (lambda v: v in options), "one of " + " | ".join(options)
+
+
+NONEMPTY: Rule = (lambda v: bool(str(v).strip())), "a non-empty string"

@@ -39,10 +39,10 @@ from tqdm.auto import tqdm
 from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import make_pool
-from roleagent.evaluation import eval_splits, panel, replay_crashed, sample_seed
+from roleagent.evaluation import eval_splits, panel
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import policy_from_config
-from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
+from roleagent.rollout import rollout_settings
 from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records
 from roleagent.trainer.checkpoint import (
     CheckpointError,
@@ -54,6 +54,7 @@ from roleagent.trainer.checkpoint import (
     save_checkpoint,
 )
 from roleagent.trainer.critic import build_critic
+from roleagent.trainer.evaluate import evaluate_panel
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,
@@ -63,7 +64,6 @@ from roleagent.trainer.run_files import (
     write_run_summary,
 )
 from roleagent.trainer.stages import EnvironmentReward, PPOObjective, RolloutCollector, UniformTaskSource
-from roleagent.types import Task, Trajectory
 
 
 class Trainer:
@@ -303,43 +303,7 @@ class Trainer:
         """Greedy episodes on each fixed panel (``eval.splits``), and ``eval.sampled``
         sampled ones per game, without the methods' rollout extensions; returns the first
         panel's result (all are in ``self.evals``)."""
-        return [self._evaluate_panel(label, split, tasks) for split, tasks in self.eval_panels.items()][0]
-
-    def _evaluate_panel(self, label: str, split: str, tasks: list[Task]) -> EvalResult:
-        """Crashed episodes are replayed up to ``eval.crash_retries`` times, and those still
-        crashed are reported apart (``eval/crashed_episodes``), not as failures. With
-        ``eval.sampled`` = k, every game is also played k times at ``rollout.temperature``:
-        sample s is one pass over the panel with the engine seeded by
-        ``sample_seed(eval.seed, s)``, so it is the same at every evaluation of the run."""
-        cfg = self.cfg
-        jobs = [(task, cfg.eval.seed) for task in tasks]
-        generator_state = self.engine.get_rng_state()  # evaluation must not shift training randomness
-        trajectories, replays = self._play_panel(f"eval {label}", jobs, cfg.eval.temperature)
-        sampled = []
-        for s in range(cfg.eval.sampled):
-            self.engine.seed(sample_seed(cfg.eval.seed, s))
-            sampled.append(self._play_panel(f"eval {label} sample {s}", jobs, cfg.rollout.temperature)[0])
-        self.engine.set_rng_state(generator_state)
-        result = EvalResult.of(label, split, trajectories, self.pool.meta.table_columns, replays, sampled)
-        self.evals.append(result)
-        name = f"eval_{label}" if split == cfg.env.eval_split else f"eval_{label}_{split}"
-        dump_trajectories(self.run_dir, name, trajectories)
-        if sampled:
-            dump_trajectories(self.run_dir, f"{name}_sampled", [t for episodes in sampled for t in episodes])
-        self.metrics.write(result.record)
-        return result
-
-    def _play_panel(self, desc: str, jobs: list[tuple[Task, int]], temperature: float) -> tuple[list[Trajectory], int]:
-        """One episode per job at ``temperature``, without the methods' rollout extensions,
-        crashed ones replayed (:func:`~roleagent.evaluation.replay_crashed`); the episodes in
-        job order and the number of replays."""
-        settings = RolloutSettings(**{**self.settings.__dict__, "temperature": temperature})
-
-        def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
-            with self._progress(desc, self.max_steps * -(-len(wave) // self.pool.size)) as bar:
-                return run_episodes(engine=self.engine, pool=self.pool, jobs=wave, settings=settings, progress=bar)[0]
-
-        return replay_crashed(play, jobs, self.cfg.eval.crash_retries)
+        return [evaluate_panel(self, label, split, tasks) for split, tasks in self.eval_panels.items()][0]
 
     # ------------------------------------------------------- persistence -------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roleagent.fields import _f
+from roleagent.fields import _f, at_least, within
 
 #: Fifty broad topics for the iteration-0 meta prompt ("Please generate a question about {topic}").
 TOPICS = [
@@ -65,36 +65,28 @@ class ASLConfig:
     system_prompts: bool = _f(True, "give the PG and GRM the paper's system prompt (tools described, Figure 8)")
 
 
-def _between(low: float, high: float):
-    return (lambda v: low <= v <= high), f"in [{low}, {high}]"
-
-
-def _at_least(low: float):
-    return (lambda v: v >= low), f">= {low}"
-
-
 #: Range rules of the ``asl`` fields (merged into ``roleagent.config_rules.FIELD_RULES``).
 RULES = {
-    "asl.checks": _at_least(1),
-    "asl.accept": _between(0, 1),
-    "asl.attempts": _at_least(2),
-    "asl.reject_reward": _at_least(0),
-    "asl.followup_threshold": _between(0, 1),
-    "asl.pg_target_questions": _at_least(1),
-    "asl.phase_min_iterations": _at_least(1),
-    "asl.phase_max_iterations": _at_least(1),
-    "asl.plateau_window": _at_least(1),
-    "asl.plateau_tolerance": _at_least(0),
+    "asl.checks": at_least(1),
+    "asl.accept": within(0, 1),
+    "asl.attempts": at_least(2),
+    "asl.reject_reward": at_least(0),
+    "asl.followup_threshold": within(0, 1),
+    "asl.pg_target_questions": at_least(1),
+    "asl.phase_min_iterations": at_least(1),
+    "asl.phase_max_iterations": at_least(1),
+    "asl.plateau_window": at_least(1),
+    "asl.plateau_tolerance": at_least(0),
     "asl.topics": (
         (lambda v: bool(v) and all(isinstance(t, str) and t.strip() for t in v)),
         "a non-empty list of topics",
     ),
-    "asl.seed_questions": _at_least(0),
-    "asl.grm_max_examples": _at_least(2),
-    "asl.late_injection_round": _at_least(0),
-    "asl.injection_examples": _at_least(2),
-    "asl.grm_eval_questions": _at_least(0),
-    "asl.pg_max_new_tokens": _at_least(8),
-    "asl.grm_max_new_tokens": _at_least(8),
-    "asl.judge_temperature": _at_least(0),
+    "asl.seed_questions": at_least(0),
+    "asl.grm_max_examples": at_least(2),
+    "asl.late_injection_round": at_least(0),
+    "asl.injection_examples": at_least(2),
+    "asl.grm_eval_questions": at_least(0),
+    "asl.pg_max_new_tokens": at_least(8),
+    "asl.grm_max_new_tokens": at_least(8),
+    "asl.judge_temperature": at_least(0),
 }

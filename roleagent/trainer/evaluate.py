@@ -1,0 +1,48 @@
+"""Evaluation during training: one evaluation of one fixed panel by a
+:class:`~roleagent.trainer.Trainer` (greedy, plus ``eval.sampled`` episodes per game), with
+crashed episodes replayed, the rollouts dumped and the metrics record written."""
+
+from __future__ import annotations
+
+from roleagent.evaluation import replay_crashed, sample_seed
+from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.trainer.run_files import EvalResult, dump_trajectories
+from roleagent.types import Task, Trajectory
+
+
+def evaluate_panel(trainer, label: str, split: str, tasks: list[Task]) -> EvalResult:
+    """Crashed episodes are replayed up to ``eval.crash_retries`` times, and those still
+    crashed are reported apart (``eval/crashed_episodes``), not as failures. With
+    ``eval.sampled`` = k, every game is also played k times at ``rollout.temperature``:
+    sample s is one pass over the panel with the engine seeded by
+    ``sample_seed(eval.seed, s)``, so it is the same at every evaluation of the run."""
+    cfg = trainer.cfg
+    jobs = [(task, cfg.eval.seed) for task in tasks]
+    generator_state = trainer.engine.get_rng_state()  # evaluation must not shift training randomness
+    trajectories, replays = play_panel(trainer, f"eval {label}", jobs, cfg.eval.temperature)
+    sampled = []
+    for s in range(cfg.eval.sampled):
+        trainer.engine.seed(sample_seed(cfg.eval.seed, s))
+        sampled.append(play_panel(trainer, f"eval {label} sample {s}", jobs, cfg.rollout.temperature)[0])
+    trainer.engine.set_rng_state(generator_state)
+    result = EvalResult.of(label, split, trajectories, trainer.pool.meta.table_columns, replays, sampled)
+    trainer.evals.append(result)
+    name = f"eval_{label}" if split == cfg.env.eval_split else f"eval_{label}_{split}"
+    dump_trajectories(trainer.run_dir, name, trajectories)
+    if sampled:
+        dump_trajectories(trainer.run_dir, f"{name}_sampled", [t for episodes in sampled for t in episodes])
+    trainer.metrics.write(result.record)
+    return result
+
+
+def play_panel(trainer, desc: str, jobs: list[tuple[Task, int]], temperature: float) -> tuple[list[Trajectory], int]:
+    """One episode per job at ``temperature``, without the methods' rollout extensions,
+    crashed ones replayed (:func:`~roleagent.evaluation.replay_crashed`); the episodes in
+    job order and the number of replays."""
+    settings = RolloutSettings(**{**trainer.settings.__dict__, "temperature": temperature})
+
+    def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
+        with trainer._progress(desc, trainer.max_steps * -(-len(wave) // trainer.pool.size)) as bar:
+            return run_episodes(engine=trainer.engine, pool=trainer.pool, jobs=wave, settings=settings, progress=bar)[0]
+
+    return replay_crashed(play, jobs, trainer.cfg.eval.crash_retries)
