@@ -1,13 +1,17 @@
 """Does RL in roleagent improve a real agent? A learning curve on a fixed set of ALFWorld games.
 
-The main recipe (``role_agent_alfworld``: Role-Agent with World-In-Agent, constrained actions)
-starts from a supervised warm start (``--init-from``, e.g. the main job's
-``runs/role_agent_alfworld/sft/final``, fresh LoRA adapters) and trains on the first
-``--games`` games of the TRAINING split only (``env.train_tasks``), every game in every
-iteration (``rollout.tasks_per_iter = --games``, ``rollout.group_size`` rollouts each). The
-same games are evaluated before, every ``--eval-every`` iterations and at the end: greedy
-once, and ``--sampled`` times at the training temperature (``eval.sampled``). This is the
-existence proof the framework needs ("RL on these games raises success on them"), not a
+A recipe (``--recipe``, default ``gigpo_alfworld``: the main recipe's settings, constrained
+actions, 8 AdamW steps per iteration, without the World-In-Agent predictions that triple a
+CPU rollout's cost and whose 135M predictor is not yet competent) starts from a supervised
+warm start (``--init-from``, e.g. the main job's ``runs/role_agent_alfworld/sft/final``,
+fresh LoRA adapters) and trains on ``--games`` TRAINING games only (``env.train_tasks``),
+every game in every iteration (``rollout.tasks_per_iter = --games``, ``--group-size``
+rollouts each). The games are the first ``--games`` that the warm start's expert played
+(``roleagent sft --expert RECIPE --tasks 48``: the same seed and exclusions), so the policy
+solves them sometimes: games it never solves give a group no signal. The same games are
+evaluated before, every ``--eval-every`` iterations and at the end: greedy once, and
+``--sampled`` times at the training temperature (``eval.sampled``). This is the existence
+proof the framework needs ("RL on these games raises success on them"), not a
 generalisation claim: the panel IS the training set, and the report says so.
 
 Output (``--out``): the run directory (resumable: rerun with a larger ``--iterations`` to go
@@ -32,15 +36,28 @@ from roleagent.config import load_config
 from roleagent.stats import format_rate, paired_test
 from roleagent.trainer import Trainer
 
-RECIPE = "role_agent_alfworld"
+
+def expert_games(recipe: str, n_games: int, expert_tasks: int = 48) -> list[str]:
+    """The ids of the first ``n_games`` training games the warm start's expert played
+    (``roleagent.sft.expert.play_expert``'s choice for ``recipe``)."""
+    from roleagent.envs import make_env
+    from roleagent.evaluation import eval_splits, panel
+    from roleagent.sft.expert import expert_tasks as choose
+
+    cfg = load_config(recipe)
+    env = make_env(cfg.env.name, **cfg.env.kwargs)
+    exclude = {t.id for split in eval_splits(cfg) for t in panel(env.tasks(split), cfg.eval.max_tasks)}
+    return [t.id for t in choose(env.tasks(cfg.env.train_split), expert_tasks, seed=cfg.seed, exclude=exclude)][
+        :n_games
+    ]
 
 
-def overrides(args) -> list[str]:
+def overrides(args, games: list[str]) -> list[str]:
     """The recipe's settings for the curve (module docstring), then the user's ``--set``."""
     return [
         "sft.enabled=false",
         f"model.init_from={args.init_from}",
-        f"env.train_tasks={args.games}",
+        f"env.train_tasks={json.dumps(games)}",
         "eval.splits=[train]",
         f"eval.max_tasks={args.games}",
         f"eval.sampled={args.sampled}",
@@ -104,20 +121,24 @@ def _bool(x) -> bool | None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--init-from", required=True, help="the SFT checkpoint RL starts from (its final/ folder)")
-    parser.add_argument("--games", type=int, default=8, help="the first k training games: trained on and evaluated")
+    parser.add_argument("--recipe", default="gigpo_alfworld")
+    parser.add_argument("--games", type=int, default=8, help="training games: trained on and evaluated")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--sampled", type=int, default=4, help="sampled episodes per game per evaluation")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per game per iteration")
     parser.add_argument("--out", default="runs/bench_rl_curve")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--summarize", action="store_true", help="only tabulate what --out holds (e.g. a stopped run)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    trainer = Trainer(load_config(RECIPE, overrides(args)))
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
+    games = expert_games(args.recipe, args.games)
+    if not args.summarize:
+        trainer = Trainer(load_config(args.recipe, overrides(args, games)))
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
     out = Path(args.out)
     curve = read_curve(out)
     curve["command"] = (
@@ -125,7 +146,9 @@ def main(argv=None) -> None:
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "set")
         + "".join(f" --set {s}" for s in args.set)
     )
-    curve["minutes"] = (time.perf_counter() - started) / 60
+    if not args.summarize:  # wall minutes of this invocation (a resumed run counts only its part)
+        curve["minutes"] = (time.perf_counter() - started) / 60
+    curve["games"] = games
     (out / "curve.json").write_text(json.dumps(curve, indent=1))
     text = table(curve)
     (out / "curve.md").write_text(text + "\n")

@@ -84,8 +84,10 @@ class EnvConfig:
     )
     timeout: float = _f(120.0, "seconds before an unresponsive environment worker is restarted")
     train_split: str = _f("train", "split the training tasks come from")
-    train_tasks: int = _f(
-        0, "train on the first k tasks of train_split only (0: all), e.g. to check that RL learns a fixed set"
+    train_tasks: list = _f(
+        [],
+        "train only on these task ids of train_split, in this order ([] = all of them), e.g. to check "
+        "that RL learns a fixed set; an evaluation panel on train_split is then these tasks too",
     )
     eval_split: str = _f("eval", "split of the fixed evaluation panel")
 

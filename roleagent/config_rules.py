@@ -58,7 +58,10 @@ FIELD_RULES: dict[str, Rule] = {
     "env.timeout": above(0),
     "env.backend": one_of("local", "ray"),
     "env.train_split": NONEMPTY,
-    "env.train_tasks": at_least(0),
+    "env.train_tasks": (
+        lambda v: all(isinstance(t, str) and t for t in v) and len(set(v)) == len(v),
+        "a list of distinct task ids",
+    ),
     "env.eval_split": NONEMPTY,
     "rollout.tasks_per_iter": at_least(1),
     "rollout.group_size": at_least(1),

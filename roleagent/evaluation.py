@@ -30,6 +30,19 @@ def panel(tasks: list[Task], max_tasks: int = 0) -> list[Task]:
     return tasks[:max_tasks] if max_tasks > 0 else list(tasks)
 
 
+def split_tasks(env, env_cfg, split: str) -> list[Task]:
+    """The tasks of ``split`` in order; the training split restricted to
+    ``env.train_tasks`` (those ids, in that order) when it is set."""
+    tasks = env.tasks(split)
+    if split != env_cfg.train_split or not env_cfg.train_tasks:
+        return tasks
+    by_id = {t.id: t for t in tasks}
+    missing = [i for i in env_cfg.train_tasks if i not in by_id]
+    if missing:
+        raise ValueError(f"env.train_tasks: no task {missing[0]!r} in split {split!r} ({len(missing)} unknown)")
+    return [by_id[i] for i in env_cfg.train_tasks]
+
+
 def eval_splits(cfg) -> list[str]:
     """A ``TrainConfig``'s evaluation panels: ``eval.splits``, or ``[env.eval_split]`` when empty."""
     return list(cfg.eval.splits) or [cfg.env.eval_split]

@@ -37,7 +37,11 @@ def test_update_moves_logprob_with_the_advantage(advantage):
     after = _sample(policy, advantage)
     change = sum(after.old_logprobs) - sum(sample.old_logprobs)
     assert change * advantage > 0
-    assert metrics["samples"] == 1 and metrics["grad_norm"] > 0
+    assert metrics["samples"] == 1 and metrics["grad_norm"] > 0 and metrics["optimizer_steps"] == 1
+    # the update's own measure of how far it moved the action: the same change
+    shift = metrics["logp_shift_pos" if advantage > 0 else "logp_shift_neg"]
+    assert shift == pytest.approx(change, abs=1e-5)
+    assert ("logp_shift_neg" if advantage > 0 else "logp_shift_pos") not in metrics
 
 
 def test_micro_batches_respect_token_budget():
@@ -139,3 +143,17 @@ def test_agent_in_world_run_writes_memory_and_restores_sampler(tmp_path):
         assert saved["sampler"] == first.method("aiw").aiw.sampler.state_dict()
     finally:
         resumed.close()
+
+
+def test_train_tasks_restrict_the_training_split_and_its_panels():
+    from roleagent.config import EnvConfig
+    from roleagent.envs.scripted import ScriptedEnv
+    from roleagent.evaluation import split_tasks
+
+    env = ScriptedEnv(n_tasks=4)
+    chosen = EnvConfig(name="scripted", train_tasks=["scripted/train/002", "scripted/train/000"])
+    assert [t.id for t in split_tasks(env, chosen, "train")] == ["scripted/train/002", "scripted/train/000"]
+    assert len(split_tasks(env, chosen, "eval")) == 4  # other splits are left whole
+    assert len(split_tasks(env, EnvConfig(name="scripted"), "train")) == 4
+    with pytest.raises(ValueError, match="no task 'scripted/train/009'"):
+        split_tasks(env, EnvConfig(name="scripted", train_tasks=["scripted/train/009"]), "train")

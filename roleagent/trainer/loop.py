@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from roleagent.config import ConfigError, TrainConfig, to_dict
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import make_pool
-from roleagent.evaluation import eval_splits, panel
+from roleagent.evaluation import eval_splits, panel, split_tasks
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import policy_from_config
 from roleagent.rollout import rollout_settings
@@ -104,8 +104,10 @@ class Trainer:
         slots = -(-r.tasks_per_iter * r.group_size // self.world_size)  # this rank's share of the episodes
         self.pool = make_pool(cfg.env, slots=slots)  # worker processes, in-process or Ray actors
         env = self.pool.meta
-        self.train_tasks = panel(env.tasks(cfg.env.train_split), cfg.env.train_tasks)  # the first k, or all
-        self.eval_panels = {split: panel(env.tasks(split), cfg.eval.max_tasks) for split in eval_splits(cfg)}
+        self.train_tasks = split_tasks(env, cfg.env, cfg.env.train_split)
+        self.eval_panels = {
+            split: panel(split_tasks(env, cfg.env, split), cfg.eval.max_tasks) for split in eval_splits(cfg)
+        }
         self.eval_tasks = next(iter(self.eval_panels.values()))  # the first panel
         if len(self.train_tasks) < r.tasks_per_iter:
             raise ValueError(f"{len(self.train_tasks)} training tasks < rollout.tasks_per_iter={r.tasks_per_iter}")
