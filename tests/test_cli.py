@@ -37,6 +37,8 @@ def test_train_view_eval_smoke(tmp_path):
         "--set",
         "rollout.group_size=2",
         "--set",
+        "optim.mini_batches=2",  # the recipe's 8 need at least 8 episodes
+        "--set",
         "rollout.max_new_tokens=4",
         "--set",
         "wia.max_new_tokens=4",

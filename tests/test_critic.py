@@ -167,6 +167,7 @@ RECIPE_TINY = [
     "sft.enabled=false",
     "rollout.tasks_per_iter=2",
     "rollout.group_size=2",
+    "optim.mini_batches=2",  # the recipes' 8 need at least 8 episodes
     "rollout.max_steps=3",
     "rollout.max_new_tokens=6",
     "rollout.prefix_cache_tokens=0",

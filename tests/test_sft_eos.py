@@ -119,7 +119,7 @@ def test_sft_on_raw_targets_teaches_the_policy_to_stop(engine):
         torch.manual_seed(0)
         policy = load_policy("tiny", device="cpu", lora_rank=0, seed=0)
         encoded = encode_example(engine, ChatExample(messages, "", {}, eos))
-        optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.lr)
+        optimizer = sft_train.sft_optimizer(policy, cfg, total_steps=0)
         for epoch in range(cfg.epochs):
             sft_train.sft_epoch(policy, optimizer, [encoded], cfg, 0, epoch)
         params = SamplingParams(max_new_tokens=24, temperature=0.0)

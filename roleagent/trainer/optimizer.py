@@ -99,6 +99,8 @@ class Optimizer:
     ):
         self.params = list(params)
         self.adamw = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
+        for group in self.adamw.param_groups:  # present from the start: FSDP's state dicts need equal keys
+            group["schedule_step"] = 0
         self.base_lr = lr
         self.grad_clip = grad_clip
         self.schedule = dict(schedule=schedule, warmup_steps=warmup_steps, total_steps=total_steps,
