@@ -1,5 +1,7 @@
-"""Agent-R's Table 2 on this machine: good-trajectory SFT, direct revision and Agent-R from
-ONE shared warm start (Yuan et al., 2025, arXiv 2501.11425, Tables 2-3, Figure 4).
+"""Agent-R's training-data arms on this machine: good-trajectory SFT, direct revision and
+Agent-R from ONE shared warm start (Yuan et al., 2025, arXiv 2501.11425: direct revision and
+Agent-R are Table 2's rows; the paper has no good-only row, the nearest arm is Fig. 3's
+"w/ Optimal + Good"; loop counts are Figure 4's).
 
 Arms (each a shipped recipe; the same iterations, trees and panel)::
 
@@ -14,8 +16,9 @@ adapters, and is evaluated greedily on the recipe's panel at the end; the panel 
 trained on. Per run it also reads the final evaluation's rollouts for the paper's loop
 statistic (Figure 4: the most back-to-back repetitions of an action sequence of length 1,
 2, 3, averaged over panel episodes; ``roleagent.algos.agent_r.loop_count``) and the
-recovery statistics: how many panel episodes wrote the revision signal ("wait" after a
-revision thought) and how many of those still succeeded.
+recovery statistics: how many panel episodes wrote the revision signal (a reflection
+without an action, ``roleagent.methods.agent_r.data.is_revision_turn``) and how many of
+those still succeeded.
 
 Output (``--out``): ``results.json`` and ``table.md`` (mean ± sample std over seeds; the
 success counts pooled over seeds with 95 % Wilson intervals and the paired test of the
@@ -41,11 +44,12 @@ import numpy as np
 from bench_learning import final_runs, mean_std, run_cli, slug, warm_start
 
 from roleagent.algos.agent_r import loop_count
-from roleagent.methods.agent_r.data import REVISION_ACTION
+from roleagent.methods.agent_r.data import is_revision_turn
 
 ARMS = {"Good only": "_good_only", "Direct revision": "_direct", "Agent-R": ""}  # recipe suffixes
-#: the paper's ordering (Table 2), worst first: direct revision below Agent-R, both above SFT
-#: on good trajectories (here: good only, self-generated)
+#: the paper's orderings, worst first: direct revision below Agent-R (Table 2, Fig. 3), both
+#: above good trajectories without revisions (Fig. 3's "w/ Optimal + Good", the nearest arm to
+#: good only; Table 2 has no good-only row)
 PAPER_ORDER = [("Good only", "Direct revision"), ("Good only", "Agent-R"), ("Direct revision", "Agent-R")]
 
 
@@ -86,7 +90,7 @@ def read_run(run_dir: Path, arm: str, seed: int, label: str = "after") -> dict |
         return None
     episodes = [json.loads(line) for line in rollouts.read_text().splitlines() if line.strip()]
     actions = [[s.get("action") or "(invalid)" for s in e["steps"]] for e in episodes]
-    revised = [e for e, a in zip(episodes, actions) if REVISION_ACTION in a]
+    revised = [e for e in episodes if any(is_revision_turn(s.get("action_text", "")) for s in e["steps"])]
     iterations = [r for r in records if "iteration" in r]
     timing = run_dir / "bench_minutes.txt"
     minutes = float(timing.read_text()) if timing.exists() else float("nan")

@@ -146,6 +146,11 @@ class AlgoConfig:
     lam: float = _f(0.95, "GAE lambda of algo.name=ppo (1: discounted return minus V; 0: one-step TD error)")
     step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
     alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
+    episode_stats: str = _f(
+        "steps",
+        "Role-Agent's A_episode statistics: 'steps' (GiGPO's, over the group's step samples, so Role-Agent "
+        "differs from GiGPO only in the step return) | 'trajectories' (the paper's eq. 1, each trajectory once)",
+    )
     norm: str = _f("mean_std_norm", "mean_std_norm | mean_norm")
     similarity_threshold: float | None = _f(
         None, "group similar (not only identical) states at this similarity; null = exact (Role-Agent Table 5: 0.9)"

@@ -69,6 +69,27 @@ def test_parse_judgement_exact(text, verdict):
     assert parse_judgement(text) == verdict
 
 
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        ("The pick wastes a step.\nJudgment: Bad, because the key is still in room 2.", "bad"),
+        ("judgment: BAD - it crafts the wrong item", "bad"),
+        ("**Judgment**: **Uncertain** (nothing has changed yet)", "uncertain"),
+        ("### Judgement: *Good*, it takes the key", "good"),
+        ("The light bulb turned on. Therefore, Judgment: Bad", "bad"),  # the paper's Table 8 form
+        ("Judgment: Good. Not bad at all.", "good"),
+        ("Judgment: <Good or Bad or Uncertain>", None),  # the prompt's template, echoed
+        ("Judgment: Good/Bad", None),
+        ("Judgment: Bad or uncertain", None),
+        ("Judgment: The action is bad.", None),  # the verdict word must come first
+    ],
+)
+def test_parse_judgement_reads_the_verdict_word_before_trailing_text(text, verdict):
+    """Issue 24, item 7: "Judgment: Bad, because …" is Bad (case, bold and trailing text
+    allowed); an offered alternative is no verdict."""
+    assert parse_judgement(text) == verdict
+
+
 def test_transition_point_first_bad_or_last_turn():
     assert transition_point(["good", None, "bad", "bad"], start=1) == 3
     assert transition_point(["good", "uncertain"], start=1) == 2

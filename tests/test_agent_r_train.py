@@ -14,10 +14,12 @@ import pytest
 import torch
 
 from roleagent.engine.hf import Generation, HFEngine
+from roleagent.methods.agent_r.data import is_revision_turn
 from roleagent.methods.agent_r.method import AgentRMethod
 from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.sft.data import check_example, encode_example
 from tests.run_helpers import TINY, Killed, config, metrics, run
+from tests.test_metrics_doc import run_keys, undocumented
 
 ACTIONS = ("go right", "look", "jump", "go left")  # "jump" wins the lucky corridor
 
@@ -86,10 +88,15 @@ def test_agent_r_iterations_write_data_and_train(tmp_path):
     assert records[0]["update/loss_last"] < records[0]["update/loss_first"]  # SFT lowered its own loss
     pairs = [json.loads(line) for line in (_files(tmp_path, 0) / "pairs.jsonl").read_text().splitlines()]
     assert all(v == "bad" for p in pairs for v in p["verdicts"])  # the judge's answers, parsed
+    answers = sum(len(p["verdicts"]) for p in pairs)
+    assert records[0]["agent_r/judge_answers"] == records[0]["agent_r/judge_parsed"] == answers > 0
+    assert records[0]["agent_r/judge_unparsed"] == records[0]["agent_r/judge_truncated"] == 0
+    assert records[0]["agent_r/revision_judged"] == records[0]["agent_r/revision"] == len(revisions)
+    assert undocumented(run_keys(tmp_path)) == set()  # docs/metrics.md
     for e in revisions:  # first Bad step = the first step after the shared prefix
         assert e["meta"]["transition"] == e["meta"]["shared"]
         trained = [m for m in e["messages"] if m.get("loss")]
-        assert "I" in trained[0]["content"] and trained[0]["content"].endswith("<action>wait</action>")
+        assert "I" in trained[0]["content"] and is_revision_turn(trained[0]["content"])  # no action
     assert trainer.evals[-1].label == "after"
 
 

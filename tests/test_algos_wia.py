@@ -232,3 +232,55 @@ def test_role_agent_similarity_state_groups():
     np.testing.assert_allclose(out, [1.5, -1.5])
     out = role_agent_advantages([0, 0], ["a", "b"], [1, 0], [s1, s2], [[1.0], [1.0]], gamma=0.9, mode="mean_norm")
     np.testing.assert_allclose(out, [0.5, -0.5])  # exact hashing: singletons → A^S = 0
+
+
+def test_episode_advantage_hand_case_eq1_against_step_statistics():
+    """Issue 24, item 13: a 3-step success and a 1-step failure. Role-Agent eq. 1 (over
+    trajectories) gives [0.71 ×3, −0.71]; GiGPO's step statistics give [0.5 ×3, −1.5]."""
+    from roleagent.algos.wia import episode_advantages
+
+    args = ([0] * 4, ["a", "a", "a", "b"], [0, 0, 1, 0])
+    eq1 = episode_advantages(*args, episode_stats="trajectories", eps=0.0)
+    np.testing.assert_allclose(eq1, [math.sqrt(0.5)] * 3 + [-math.sqrt(0.5)])
+    steps = episode_advantages(*args, episode_stats="steps", eps=0.0)
+    np.testing.assert_allclose(steps, [0.5, 0.5, 0.5, -1.5])
+    np.testing.assert_allclose(episode_advantages(*args, eps=0.0), steps)  # the default
+    with pytest.raises(ValueError, match="episode_stats"):
+        episode_advantages(*args, episode_stats="tokens")
+
+
+def test_role_agent_eq1_option_in_the_worked_example():
+    # the worked example above with A^E over trajectories: scores {1, 0} − 1/2
+    out = role_agent_advantages(
+        [0] * 3,
+        ["a", "a", "b"],
+        [0, 1, 0],
+        ["s0", "s1", "s0"],
+        [[1.0], [0.5], [0.2]],
+        gamma=0.5,
+        mode="mean_norm",
+        episode_stats="trajectories",
+    )
+    np.testing.assert_allclose(out, [1.0, 0.5, -1.0])
+
+
+def test_role_agent_estimator_reads_algo_episode_stats():
+    """The ``role_agent`` estimator follows ``algo.episode_stats`` (default: step statistics),
+    and the config rule rejects other values."""
+    from roleagent.config import AlgoConfig, ConfigError, load_config
+    from roleagent.methods.role_agent.wia import role_agent_estimator
+    from roleagent.trainer.advantages import StepBatch
+    from roleagent.types import Step, Task, Trajectory
+
+    def trajectory(rewards, tag):
+        steps = [Step(f"{tag}{t}", f"{tag}{t}", "x", "x", True, reward=r) for t, r in enumerate(rewards)]
+        return Trajectory(task=Task("t/0", "scripted"), seed=0, instruction="", steps=steps)
+
+    batch = StepBatch.from_trajectories([trajectory([0, 0, 1], "a"), trajectory([0], "b")])
+    default = role_agent_estimator(batch, AlgoConfig())
+    np.testing.assert_allclose(default.parts["episode"], [0.5, 0.5, 0.5, -1.5], atol=1e-5)
+    eq1 = role_agent_estimator(batch, AlgoConfig(episode_stats="trajectories"))
+    np.testing.assert_allclose(eq1.parts["episode"], [0.7071] * 3 + [-0.7071], atol=1e-4)
+    assert load_config(None, ["algo.episode_stats=trajectories"]).algo.episode_stats == "trajectories"
+    with pytest.raises(ConfigError, match="algo.episode_stats"):
+        load_config(None, ["algo.episode_stats=tokens"])

@@ -13,7 +13,7 @@ from roleagent.algos.asl import (
     EASIER,
     HARDER,
     acceptance,
-    balance_labels,
+    balance_per_question,
     follow_up,
     follow_up_hops,
     parse_verdict,
@@ -81,15 +81,45 @@ def test_follow_up_by_hand():
     assert (follow_up_hops(2, HARDER), follow_up_hops(2, EASIER), follow_up_hops(1, EASIER)) == (3, 1, 1)
 
 
-def test_balance_labels():
-    labels = [1, 1, 0, 1, 0]
-    for seed in range(5):
-        picked = balance_labels(labels, random.Random(seed))
-        assert picked == sorted(picked) and {2, 4} <= set(picked)  # both 0s, two of the three 1s
-        assert [labels[i] for i in picked].count(1) == 2 and len(picked) == 4
-    assert balance_labels([1, 1], random.Random(0)) == []  # one class: nothing to balance with
-    assert balance_labels([], random.Random(0)) == []
-    assert balance_labels([0, 1], random.Random(0)) == [0, 1]
+def test_balance_per_question_hand_case():
+    """Issue 24's hand case: A's verdicts [1, 1, 1, 1] add nothing; B's [0, 0, 0, 1] add its
+    1 and one of its 0s. Balancing the pooled labels kept three 1s of A and three 0s of B."""
+    questions, labels = ["A"] * 4 + ["B"] * 4, [1, 1, 1, 1, 0, 0, 0, 1]
+    seen = set()
+    for seed in range(20):
+        picked = balance_per_question(questions, labels, random.Random(seed))
+        assert len(picked) == 2 and picked[1] == 7 and picked[0] in (4, 5, 6)
+        seen.add(picked[0])
+    assert seen == {4, 5, 6}  # the majority sample is random
+
+
+def test_balance_per_question_ties_unanimity_and_limit():
+    rng = random.Random(0)
+    assert balance_per_question(["A", "A", "A", "A"], [1, 0, 0, 1], rng) == [0, 1, 2, 3]  # a tie: all
+    assert balance_per_question(["A", "A", "B"], [1, 1, 0], rng) == []  # unanimous, single
+    assert balance_per_question([], [], rng) == []
+    # blocks: A 2 (a tie), B 4 (a tie), C 2 (its 0 and one of its two 1s); the newest first
+    questions = ["A", "A", "B", "B", "B", "B", "C", "C", "C"]
+    labels = [0, 1, 0, 0, 1, 1, 1, 1, 0]
+    only_c = balance_per_question(questions, labels, random.Random(0), limit=5)  # B would make 6
+    assert len(only_c) == 2 and only_c[0] in (6, 7) and only_c[1] == 8
+    picked = balance_per_question(questions, labels, random.Random(0), limit=6)  # C and B; A would make 8
+    assert picked[:4] == [2, 3, 4, 5] and picked[4] in (6, 7) and picked[5] == 8 and len(picked) == 6
+    assert balance_per_question(questions, labels, random.Random(0), limit=1) == []
+    assert len(balance_per_question(questions, labels, random.Random(0))) == 8
+
+
+def test_grm_examples_are_balanced_per_question(tmp_path):
+    """The GRM phase's data on the hand case: only B's (1, 0) pair, none of A's 1s."""
+    method = _method(tmp_path)
+    method.grm_pool = [
+        {"question": q, "response": f"r{i}", "label": label, "source": q}
+        for i, (q, label) in enumerate(zip(["A"] * 4 + ["B"] * 4, [1, 1, 1, 1, 0, 0, 0, 1]))
+    ]
+    examples = method._grm_examples()
+    assert [r["source"] for r in examples] == ["B", "B"]
+    assert sorted(r["label"] for r in examples) == [0, 1] and examples[-1]["response"] == "r7"
+    assert [json.loads(line) for line in (tmp_path / "asl/round_0000/grm_train.jsonl").open()] == examples
 
 
 def test_plateau_by_hand():
@@ -122,6 +152,21 @@ def test_meta_prompts_per_round():
     assert "Most student CORRECTLY answer" in first and "a harder question" in first and "hop" not in first
     later = meta_prompt({**item, "flag": EASIER}, 2)
     assert "Most student WRONGLY answer" in later and "by removing one reasoning hop" in later
+
+
+def test_generator_and_verifier_prompts_advertise_no_tool():
+    """The PG and GRM write one turn and nothing runs a tool call, so no prompt of theirs
+    may describe or ask for one (the paper's Figures 7-12 do: there, both roles retrieve)."""
+    from roleagent.methods.asl.prompts import GRM_SYSTEM, PG_SYSTEM
+    from roleagent.methods.asl.roles import grm_chat
+
+    item = {"question": "Who directed Titanic?", "answer": "James Cameron"}
+    texts = [PG_SYSTEM, GRM_SYSTEM, meta_prompt({"topic": "rivers"}, 0)]
+    texts += [meta_prompt({**item, "flag": flag}, r) for flag in (HARDER, EASIER) for r in (1, 2, 3)]
+    texts += [m["content"] for m in grm_chat("Q?", "A", with_system=True)]
+    for text in texts:
+        lowered = text.lower()
+        assert not any(word in lowered for word in ("<search>", "tool", "retrieve")), text
 
 
 def test_verification_pairs_by_hand():
@@ -158,7 +203,7 @@ def test_round_files_cut_back_to_the_checkpoint(tmp_path):
 
 def test_asl_config_section():
     cfg = load_config(None, ["asl.enabled=true", "wia.enabled=false"])
-    assert (cfg.asl.checks, cfg.asl.accept) == (5, 0.8)  # the authors' K and C
+    assert (cfg.asl.checks, cfg.asl.accept, cfg.asl.attempts) == (5, 0.8, 10)  # the authors' K, C and M
     validate(cfg)
     with pytest.raises(ConfigError, match=r"asl.accept=1.5"):
         validate(load_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.accept=1.5"]))

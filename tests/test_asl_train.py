@@ -206,3 +206,26 @@ def test_search_recipe_loads_with_a_qa_environment():
     cfg = load_config("asl_search", ["env.name=tests.test_asl_train:TinyQAEnv"])
     assert cfg.asl.enabled and (cfg.asl.checks, cfg.asl.accept) == (5, 0.8)
     assert cfg.rollout.action_format == "raw" and not cfg.wia.enabled
+
+
+def test_headline_recipe_is_zero_data_and_injection_is_its_own_recipe():
+    """``asl_search`` is the paper's headline ASL: no real verification data, M = 10 as in
+    the authors' code. ``asl_search_injection`` (Figure 6b) is the same run plus injection
+    from the third round."""
+    from pathlib import Path
+
+    from roleagent.config import load_config, to_dict, validate
+
+    headline, injection = load_config("asl_search"), load_config("asl_search_injection")
+    for cfg in (headline, injection):
+        validate(cfg)
+    assert headline.asl.late_injection_round == 0 and headline.asl.attempts == 10
+    assert injection.asl.late_injection_round == 2 and injection.asl.injection_examples > 0
+    one, other = to_dict(headline), to_dict(injection)
+    for data in (one, other):
+        data.pop("run_dir")
+        for key in ("late_injection_round", "injection_examples"):
+            data["asl"].pop(key)
+    assert one == other
+    recipe = Path(__file__).parents[1] / "roleagent" / "recipes" / "asl_search_injection.yaml"
+    assert "Figure 6b" in recipe.read_text()

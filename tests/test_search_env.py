@@ -4,6 +4,8 @@ the Figure 7 prompt and the conversation the rollout builds from it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("bm25s")
@@ -71,6 +73,21 @@ def test_single_hop_episode_over_bm25(env):
     assert step.info["messages"] == [{"role": "tool", "content": step.observation}]
     end = env.step(f"<answer>{task.metadata['answers'][0]}</answer>")
     assert end.done and end.reward == 1.0 and end.info["success"] and end.info["em"] == 1.0
+
+
+def test_asl_retrieve_tool_call_searches(env):
+    """ASL's policy calls its tool ``retrieve`` (Sun et al., 2025, Figures 7-8): the same
+    search as ``search``, not the invalid-action message."""
+    task = next(t for t in env.tasks("test") if t.metadata["question_type"] == "element_symbol")
+    env.reset(task)
+    element = task.payload["question"].removeprefix("What is the chemical symbol of ").rstrip("?")
+    call = {"name": "retrieve", "arguments": {"query": f"{element} symbol atomic number"}}
+    step = env.step(f"<tool_call>\n{json.dumps(call, indent=2)}\n</tool_call>")  # the paper's layout
+    assert step.info["kind"] == "search" and step.info["form"] == "tool_call" and step.info["action_valid"]
+    assert step.observation.startswith("<information>") and step.info["gold_retrieved"]
+    assert step.info["searches"] == 1 and not step.done
+    bad = env.step('<tool_call>{"name": ["retrieve"], "arguments": {"query": "x"}}</tool_call>')
+    assert bad.observation == INVALID_MESSAGE and not bad.info["action_valid"]
 
 
 def test_multi_hop_episode_with_tool_calls(env):

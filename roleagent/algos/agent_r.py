@@ -47,8 +47,11 @@ VERDICTS = ("good", "bad", "uncertain")
 
 Turn = tuple[str, str]  # (assistant text, the observation that followed it)
 
-_JUDGEMENT = re.compile(r"judg(?:e)?ment\s*:\s*(.*)$", re.IGNORECASE)
-_VERDICT = re.compile(r"[\s*<>\"'`\[\]().!]*(good|bad|uncertain)[\s*<>\"'`\[\]().!]*", re.IGNORECASE)
+#: The last "Judgment:" (or "Judgement:") label of a line, bold or not, and what follows it.
+_JUDGEMENT = re.compile(r".*judg(?:e)?ment[*_\s]*:(.*)$", re.IGNORECASE)
+#: The verdict word first (after brackets, bold markers, quotes), then anything but an alternative.
+_VERDICT = re.compile(r"[\s*_<>\"'`\[\]()]*(good|bad|uncertain)\b(.*)$", re.IGNORECASE)
+_ALTERNATIVE = re.compile(r"[\s*_<>\"'`\[\]()]*(?:/|\||or\b|and\b|nor\b)", re.IGNORECASE)
 
 
 def uct(value_sum: float, visits: int, parent_visits: int, c: float = 0.25) -> float:
@@ -96,21 +99,27 @@ def revision_pairs(values: Sequence[float], *, alpha: float, beta: float) -> lis
 
 def parse_judgement(text: str) -> str | None:
     """The verdict of a judge's answer: ``"good"``, ``"bad"`` or ``"uncertain"`` from its last
-    ``Judgment:`` (or ``Judgement:``) line, or None when that line says anything else.
+    ``Judgment:`` (or ``Judgement:``) line, or None when that line gives no verdict.
 
-    The verdict must be the line's whole content, give or take brackets, bold markers,
-    quotes and a full stop, so "Not bad" or "Good or Bad" is no verdict (the authors' code
-    takes any answer without "good"/"uncertain" as Bad).
+    The verdict is the first word after the label, in any case, give or take brackets,
+    bold markers and quotes; what follows it (a full stop, ", because …") is ignored unless
+    it offers an alternative ("Good or Bad", "Good/Bad": the prompt's template echoed). So
+    "Not bad" and "badly chosen" are no verdict (the authors' code takes any answer without
+    "good"/"uncertain" as Bad). Within a line the last label counts, as in the paper's
+    Table 8 answers ("… Therefore, Judgment: Bad").
 
     Examples: "The key is taken.\\nJudgment: Good" → "good"; "Judgement: <Bad>." → "bad";
-    "Judgment: **Uncertain**" → "uncertain"; "Judgment: not bad" → None; "Bad." → None.
+    "Judgment: Bad, because the key is lost." → "bad"; "**Judgment**: **Uncertain** (no
+    information)" → "uncertain"; "Judgment: not bad" → None; "Judgment: <Good or Bad or
+    Uncertain>" → None; "Bad." → None.
     """
     verdict = None
     for line in text.splitlines():
-        found = _JUDGEMENT.search(line.strip())
+        found = _JUDGEMENT.match(line.strip())
         if found:
-            exact = _VERDICT.fullmatch(found.group(1))
-            verdict = exact.group(1).lower() if exact else None
+            word = _VERDICT.match(found.group(1))
+            exact = word is not None and not _ALTERNATIVE.match(word.group(2))
+            verdict = word.group(1).lower() if exact else None
     return verdict
 
 
@@ -129,7 +138,8 @@ def shared_prefix(bad: Sequence[Turn], good: Sequence[Turn]) -> int:
 def transition_point(verdicts: Sequence[str | None], start: int = 0) -> int:
     """Index of the transition turn t' in a bad path whose turns ``start, start+1, …`` were
     judged ``verdicts``: the first ``"bad"`` one; with none, the last turn (the paper's
-    direct revision, t' = T_b). Unparsable verdicts (None) count as uncertain.
+    direct revision, t' = T_b). An unparsed answer (None) is no verdict: it never sets t'
+    (the caller counts it, ``agent_r/judge_unparsed``).
 
     Example: start 1, verdicts ["good", None, "bad", "bad"] → 3; ["good", "uncertain"] → 2.
     """
@@ -149,11 +159,13 @@ def splice_revision(
     ``bad`` and ``good`` are lists of ``(assistant_text, observation_text)`` turns from the
     same task start; ``transition`` (t', 0-based) indexes the last bad turn kept and must
     lie after the shared prefix; ``thought`` is the revision signal's assistant text (in the
-    actor's format) and ``ack`` the user's reply to it. Result: the bad turns ``0..t'``
-    (``loss`` false), the revision thought (``loss`` true) and ``ack``, then the good turns
-    after the shared prefix (``loss`` true), each followed by its observation except the
-    last (an observation after the last assistant turn trains nothing). Every message has
-    ``role``, ``content`` and ``loss``; no observation and no bad turn has ``loss`` true.
+    actor's format) and ``ack`` the user's reply to it (the paper's "OK."; Agent-R's data
+    stage passes what the rollout answers a turn without an action, ``docs/agent_r.md``).
+    Result: the bad turns ``0..t'`` (``loss`` false), the revision thought (``loss`` true)
+    and ``ack``, then the good turns after the shared prefix (``loss`` true), each followed
+    by its observation except the last (an observation after the last assistant turn trains
+    nothing). Every message has ``role``, ``content`` and ``loss``; no observation and no
+    bad turn has ``loss`` true.
 
     Example: bad [("a", "o1"), ("b", "o2"), ("x", "o3")], good [("a", "o1"), ("c", "o4"),
     ("d", "won")], transition 1, thought "T" →

@@ -1,6 +1,6 @@
 """Agentic Self-Learning (Sun et al., 2025, "Towards Agentic Self-Learning LLMs in Search
 Environment", arXiv 2510.14253), the pure parts: the GRM's verdict, the prompt
-generator's entropy reward, the K/C acceptance filter, class balancing of the GRM's
+generator's entropy reward, the K/C acceptance filter, per-question balancing of the GRM's
 self-generated labels, the HARDER/EASIER follow-up and the reward plateau that ends a
 phase. No model, engine or trainer imports: every function is tested by hand.
 
@@ -102,23 +102,44 @@ def follow_up_hops(hops: int, flag: str) -> int:
     return hops + 1 if flag == HARDER else max(1, hops - 1)
 
 
-def balance_labels(labels: Sequence[int], rng: random.Random) -> list[int]:
-    """Indices of a class-balanced subset of the GRM's self-generated labels (paper §3.3,
-    Phase 2, "class-balanced"): every class is cut down, at random, to the size of the
-    smallest one; the indices come back sorted. With a single class there is nothing to
-    balance against: the answer is empty.
+def balance_per_question(
+    questions: Sequence[Hashable], labels: Sequence[int], rng: random.Random, limit: int | None = None
+) -> list[int]:
+    """Indices of the GRM's self-generated labels kept for training, balanced per question.
+    The paper adds all M (question, attempt, verdict) triples to D_GRM (§3.3, Phase 1) and
+    says nothing of balancing; this is what the authors' released ``asl3.py`` does.
+    ``questions[i]`` is the question attempt ``i`` answered, ``labels[i]`` the GRM's
+    verdict on it (0 or 1). For each question: all attempts with its minority verdict plus
+    an equal random sample of its majority; a question whose verdicts are unanimous adds
+    nothing (on a tie every attempt is kept). ``limit``: keep the blocks of the newest
+    questions (the last to appear) whose total fits, stopping at the first that does not.
+    The indices come back sorted.
 
-    Example: labels ``[1, 1, 0, 1, 0]`` → 2 of the three 1s (indices 0, 1, 3) and both 0s
-    (2, 4), e.g. ``[0, 2, 3, 4]``; ``[1, 1]`` → ``[]``.
+    Hand case: question A with verdicts ``[1, 1, 1, 1]`` and B with ``[0, 0, 0, 1]``, i.e.
+    ``questions = [A, A, A, A, B, B, B, B]``, ``labels = [1, 1, 1, 1, 0, 0, 0, 1]`` → A
+    adds nothing, B adds its only 1 (index 7) and one of its three 0s at random, e.g.
+    ``[5, 7]``. (Balancing the pooled labels instead would keep three 1s of A and three
+    0s of B and drop B's 1.) ``[A, A, B, B]`` with ``[1, 0, 0, 1]`` and ``limit=2`` →
+    ``[2, 3]`` (B is the newest).
     """
-    classes: dict[int, list[int]] = {}
-    for index, label in enumerate(labels):
-        classes.setdefault(label, []).append(index)
-    if len(classes) < 2:
-        return []
-    size = min(len(members) for members in classes.values())
-    picked = [i for label in sorted(classes) for i in rng.sample(classes[label], size)]
-    return sorted(picked)
+    blocks: dict[Hashable, dict[int, list[int]]] = {}
+    for index, (question, label) in enumerate(zip(questions, labels, strict=True)):
+        blocks.setdefault(question, {}).setdefault(label, []).append(index)
+    kept: list[list[int]] = []
+    for by_label in blocks.values():
+        if len(by_label) < 2:
+            continue
+        minority, majority = sorted(by_label.values(), key=len)
+        kept.append(sorted(minority + rng.sample(majority, len(minority))))
+    if limit is not None:
+        newest, total = [], 0
+        for block in reversed(kept):
+            if total + len(block) > limit:
+                break
+            newest.append(block)
+            total += len(block)
+        kept = newest
+    return sorted(i for block in kept for i in block)
 
 
 def plateaued(rewards: Sequence[float], window: int, tolerance: float) -> bool:

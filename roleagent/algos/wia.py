@@ -23,10 +23,16 @@ Decisions (the paper leaves them open; also in ``docs/design.md`` under World-In
 - A prediction missing inside the horizon (the model produced fewer than H, or None) scores
   0: an absent forecast is a wrong one.
 - State groups with one sample get A^S = 0 (as GiGPO's singleton anchors; eq. 8's std is 0/0
-  there). A^E is GiGPO's episode normalisation (``gigpo_episode_advantages``: statistics over
-  the step samples of the group, singleton group mean 0 / std 1) so that Role-Agent differs
-  from our GiGPO only in the step-level return — the paper builds on GiGPO and compares to
-  it; eq. 1's per-trajectory statistics are available as ``grpo_advantages``.
+  there).
+- A^E (``episode_stats``, config ``algo.episode_stats``). Default ``"steps"``: GiGPO's
+  episode normalisation (``gigpo_episode_advantages``: statistics over the STEP SAMPLES of
+  the group, so a long trajectory weighs more; singleton group mean 0 / std 1), so that
+  Role-Agent differs from our GiGPO only in the step-level return, the comparison the
+  paper's tables make. ``"trajectories"``: the paper's eq. 1 (``grpo_advantages``:
+  statistics over the group's trajectories, each counted once). They differ whenever the
+  trajectories of a group differ in length. Hand case: a 3-step success and a 1-step
+  failure (scores 1, 0): eq. 1 has mean 1/2, std 0.7071 → [0.7071 ×3, −0.7071]; the step
+  statistics see samples [1, 1, 1, 0], mean 3/4, std 0.5 → [0.5 ×3, −1.5].
 - State similarity threshold: ``lms ≥ threshold`` (GiGPO's test; the paper writes "exceeds
   0.9"); the two differ only at exactly 0.9.
 - Invalid-action penalties and negative environment returns are not scaled by the
@@ -42,14 +48,20 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
-from .episode import gigpo_episode_advantages
+from .episode import gigpo_episode_advantages, grpo_advantages
 from .gigpo import state_advantages
 from .returns import discounted_returns, split_penalties
 from .similarity import build_state_groups, lms_score
 
 Ids = Sequence[Hashable] | np.ndarray
 
+#: How A^E normalises the episode score: over the group's step samples (GiGPO, the default)
+#: or over its trajectories (Role-Agent eq. 1).
+EPISODE_STATS = ("steps", "trajectories")
+
 __all__ = [
+    "EPISODE_STATS",
+    "episode_advantages",
     "lms_score",
     "prediction_horizon",
     "prediction_score_matrix",
@@ -155,6 +167,36 @@ def wia_returns(
     return np.maximum(r_env, 0.0) * (1.0 + r_pre) + np.minimum(r_env, 0.0) - penalty
 
 
+def episode_advantages(
+    group_ids: Ids,
+    traj_ids: Ids,
+    step_rewards: Sequence[float] | np.ndarray,
+    *,
+    episode_stats: str = "steps",
+    penalties: Sequence[float] | np.ndarray | None = None,
+    penalty_placement: str = "step",
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+) -> np.ndarray:
+    """Role-Agent's episode advantage ``A^E`` per step sample, the episode score (sum of the
+    trajectory's step rewards) normalised within its group:
+
+    - ``"steps"``: over the group's step samples (GiGPO eq. 3, ``gigpo_episode_advantages``);
+    - ``"trajectories"``: over its trajectories, each once (Role-Agent eq. 1,
+      ``A^E(τ_i) = (R^E(τ_i) − avg_j R^E(τ_j)) / std_j R^E(τ_j)``, ``grpo_advantages``).
+
+    Example (one group, mean_std_norm, eps 0): trajectory a, 3 steps, rewards [0, 0, 1]
+    (a success); trajectory b, 1 step, reward [0] (a failure).
+    "trajectories": scores {1, 0}, mean 0.5, std 0.7071 → [0.7071, 0.7071, 0.7071, −0.7071].
+    "steps": samples [1, 1, 1, 0], mean 0.75, std 0.5 → [0.5, 0.5, 0.5, −1.5].
+    """
+    if episode_stats not in EPISODE_STATS:
+        raise ValueError(f"unknown episode_stats {episode_stats!r}; expected one of {EPISODE_STATS}")
+    normalise = gigpo_episode_advantages if episode_stats == "steps" else grpo_advantages
+    placed = dict(penalties=penalties, penalty_placement=penalty_placement)
+    return normalise(group_ids, traj_ids, step_rewards, mode=mode, eps=eps, **placed)
+
+
 def role_agent_advantages(
     group_ids: Ids,
     traj_ids: Ids,
@@ -168,6 +210,7 @@ def role_agent_advantages(
     alpha: float = 1.0,
     mode: str = "mean_std_norm",
     similarity_threshold: float | None = None,
+    episode_stats: str = "steps",
     eps: float = 1e-6,
 ) -> np.ndarray:
     """Role-Agent advantage ``A = A^S + α·A^E`` (eq. 9, Algorithm 1 lines 11–17).
@@ -175,15 +218,18 @@ def role_agent_advantages(
     ``A^S`` (eq. 8): R_t from ``wia_returns`` normalised (per ``mode``) inside its state
     group; state groups are formed within the episode group by exact state match (eq. 7) or,
     with ``similarity_threshold`` (paper: 0.9), greedy LMS clustering; a singleton state
-    group gets 0. ``A^E``: GiGPO's episode normalisation of the trajectory score (sum of
-    step rewards) over the group's step samples. ``penalties`` / ``penalty_placement``:
+    group gets 0. ``A^E``: ``episode_advantages``, the trajectory score (sum of step
+    rewards) normalised over the group's step samples (``episode_stats="steps"``, GiGPO's)
+    or its trajectories (``"trajectories"``, eq. 1). ``penalties`` / ``penalty_placement``:
     the invalid-action penalty, placed as in ``wia_returns`` and
     ``gigpo_episode_advantages`` (default: verl-agent's per-step placement).
 
     Example (one group, γ = 0.5, mean_norm, α = 1): trajectory a = states [s0, s1], rewards
     [0, 1], scores [[1.0], [0.5]]; trajectory b = states [s0], reward [0], scores [[0.2]].
     R_t: a → [0.5·2, 1·1.5] = [1.0, 1.5], b → [0]. A^S: s0 = {1.0, 0.0} → [0.5, 0, -0.5].
-    A^E: scores [1, 1, 0] − 2/3. A = [0.8333, 0.3333, -1.1667].
+    A^E: scores [1, 1, 0] − 2/3. A = [0.8333, 0.3333, -1.1667]. With
+    ``episode_stats="trajectories"`` (eq. 1): A^E = [1, 1, 0] − 1/2 (the trajectory mean), so
+    A = [1.0, 0.5, -1.0].
     """
     a_state, a_episode, _ = role_agent_advantage_parts(
         group_ids,
@@ -196,6 +242,7 @@ def role_agent_advantages(
         gamma=gamma,
         mode=mode,
         similarity_threshold=similarity_threshold,
+        episode_stats=episode_stats,
         eps=eps,
     )
     return a_state + alpha * a_episode
@@ -213,6 +260,7 @@ def role_agent_advantage_parts(
     gamma: float = 0.95,
     mode: str = "mean_std_norm",
     similarity_threshold: float | None = None,
+    episode_stats: str = "steps",
     eps: float = 1e-6,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(A^S, A^E, state group id)`` per step sample, the parts of
@@ -224,5 +272,7 @@ def role_agent_advantage_parts(
     if groups.shape != r.shape:
         raise ValueError(f"states has shape {groups.shape}, expected {r.shape}")
     a_state = state_advantages(r, groups, mode=mode, eps=eps)
-    a_episode = gigpo_episode_advantages(group_ids, traj_ids, step_rewards, mode=mode, eps=eps, **placed)
+    a_episode = episode_advantages(
+        group_ids, traj_ids, step_rewards, episode_stats=episode_stats, mode=mode, eps=eps, **placed
+    )
     return a_state, a_episode, groups

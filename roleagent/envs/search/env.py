@@ -3,7 +3,8 @@ arXiv 2503.09516; Role-Agent's search tasks, Wang et al., 2026, arXiv 2606.10917
 search environment, Sun et al., 2025, arXiv 2510.14253).
 
 A task is a question with gold answers. The agent writes ``<search>query</search>``
-(or ``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>``) and sees
+(or ``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>``, where ASL's
+tool name ``retrieve`` works as ``search``) and sees
 the top-k passages in ``<information>...</information>``, or ``<answer>...</answer>``,
 which ends the episode with reward 1 on a match (exact match after Search-R1's
 normalisation; ``reward="subem"``: the gold answer is a substring). Any other output gets

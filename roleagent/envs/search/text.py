@@ -1,7 +1,8 @@
 """Pure text functions of the search-QA environment: answer normalisation and matching
 (Search-R1's evaluation, Jin et al., 2025, arXiv 2503.09516), action parsing (Search-R1's
-tags and the JSON tool call ASL's agents write, Sun et al., 2025, arXiv 2510.14253) and the
-``<information>`` block of retrieved passages.
+tags and the JSON tool call ASL's agents write, Sun et al., 2025, arXiv 2510.14253, whose
+tool is named ``retrieve``: an alias of ``search`` here) and the ``<information>`` block
+of retrieved passages.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ INVALID_MESSAGE = (
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
 _OPEN = re.compile(r"<(search|answer|tool_call)>")
+#: Tool-call names → action kinds: ``retrieve`` is ASL's name for the search tool.
+TOOL_NAMES = {"search": "search", "retrieve": "search", "answer": "answer"}
 
 
 def normalize_answer(text: str) -> str:
@@ -64,13 +67,16 @@ class Action:
 def parse_action(text: str) -> Action:
     """The first complete action in a generation, as Search-R1's
     ``re.search(r"<(search|answer)>(.*?)</\\1>", text, re.S)`` finds it, plus the tool-call
-    form ``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>`` (also
+    form ``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>`` (the
+    name ``retrieve``, ASL's tool in Sun et al., 2025, Figures 7-8, is the same search; also
     ``"answer"`` with ``{"answer": ...}``). Linear in the text: the earliest opening tag
     whose closing tag follows it wins.
 
     >>> parse_action("<think>x</think><search> capital of France </search>")
     Action(kind='search', content='capital of France', form='tag')
     >>> parse_action('<tool_call>{"name": "search", "arguments": {"query": "iron"}}</tool_call>')
+    Action(kind='search', content='iron', form='tool_call')
+    >>> parse_action('<tool_call>{"name": "retrieve", "arguments": {"query": "iron"}}</tool_call>')
     Action(kind='search', content='iron', form='tool_call')
     >>> parse_action("<answer>Paris").kind
     'invalid'
@@ -101,11 +107,12 @@ def _tool_call(body: str) -> Action:
             args = json.loads(args)
         except (ValueError, RecursionError):
             args = None
-    key = {"search": "query", "answer": "answer"}.get(call.get("name"))
+    kind = TOOL_NAMES.get(call.get("name")) if isinstance(call.get("name"), str) else None
+    key = {"search": "query", "answer": "answer"}.get(kind)
     value = args.get(key) if isinstance(args, dict) and key else None
     if not isinstance(value, str) or not value.strip():
         return Action("invalid", form="tool_call")
-    return Action(call["name"], value.strip(), "tool_call")
+    return Action(kind, value.strip(), "tool_call")
 
 
 def passages_text(results: list[dict], max_passage_chars: int) -> str:

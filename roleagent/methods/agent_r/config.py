@@ -15,7 +15,11 @@ class AgentRConfig:
         "Agent-R: each iteration builds one MCTS tree per task with the current policy, turns good and "
         "revision trajectories into chat examples and fine-tunes on them (iterative SFT instead of RL)",
     )
-    mcts_iterations: int = _f(8, "MCTS descents from the root per tree (the authors' ITERA; paper 4-8)")
+    mcts_iterations: int = _f(
+        8,
+        "MCTS descents from the root per tree (the authors' ITERA, default 4 in their mcts_raw.py; "
+        "the paper gives no number)",
+    )
     max_depth: int = _f(8, "tree depth limit: a node at this depth is terminal (the paper uses 20)")
     candidates: int = _f(4, "candidate actions sampled per expansion, deduplicated (paper: 4)")
     c_uct: float = _f(0.25, "UCT exploration constant c (paper Eq. 5: 0.25)")
@@ -26,13 +30,22 @@ class AgentRConfig:
         "per iteration, the least value a good path needs (value >= alpha); later iterations keep the last",
     )
     max_pairs_per_tree: int = _f(4, "revision trajectories per tree at most (best good path first, worst bad)")
-    max_good_per_tree: int = _f(2, "good trajectories per tree at most (highest value first)")
+    max_good_per_tree: int = _f(
+        2,
+        "good trajectories per tree at most (highest value first); the authors keep every leaf path "
+        "above alpha (docs/agent_r.md): a value no tree's leaf count reaches, e.g. 10000, follows them",
+    )
     judge: bool = _f(
         True,
         "model-guided transition point: the actor judges each bad step (paper Table 4) and the first "
         "Bad one is t'; false = direct revision at the bad path's last step",
     )
-    judge_max_new_tokens: int = _f(96, "token limit of one judgement (reasons, then 'Judgment: ...')")
+    judge_max_new_tokens: int = _f(
+        256,
+        "token limit of one judgement (reasons, then 'Judgment: ...'): the paper's nine judge answers "
+        "(Table 8) are 19-91 tokens with the embedded model's tokenizer, so 256 leaves 2.8x the longest; "
+        "answers cut at the limit are counted (agent_r/judge_truncated)",
+    )
     judge_history: int = _f(8, "earlier (action, observation) turns shown to the judge at most")
     epochs_first: int = _f(3, "SFT epochs of the first iteration (paper: 3)")
     epochs_later: int = _f(1, "SFT epochs of later iterations (paper: 1)")

@@ -11,6 +11,14 @@ Per tree, with α of the current iteration and β:
 5. :func:`roleagent.algos.agent_r.splice_revision` gives the turn messages, after the
    opening messages the actor saw at the root.
 
+The revision signal (paper §3.1: "Assistant: [reflection on the error]", then "Human: OK.")
+is a reflection without an action, ``<think>{thought}</think>`` (:func:`revision_turn`). The
+rollout never steps an output without an action, in any environment, so the signal is
+inert everywhere; the authors' "Action: wait" is a real ScienceWorld action (the simulator
+advances 10 ticks). The user message after it is the one the rollout sends after such an
+output (:func:`revision_reply`: "Invalid action format." and the same observation again),
+not "OK.", so a revising policy sees at test time what it was trained on.
+
 Messages are those of the rollout itself, so the SFT prompts equal the rollout prompts
 token for token (``rollout.context=full``; ``roleagent.sft.data.encode_example``): the
 opening is the first turn's recorded chat, each assistant message is the response prefix
@@ -32,13 +40,9 @@ from roleagent.algos.agent_r import (
     splice_revision,
     transition_point,
 )
-from roleagent.methods.agent_r.judge import judge_steps
+from roleagent.methods.agent_r.judge import Judgement, judge_steps
 from roleagent.roles import actor
 from roleagent.sft.data import ChatExample
-
-#: The revision signal's action: no environment step (the authors' "Action: wait"); the
-#: user answers "OK." (paper Appendix B).
-REVISION_ACTION, REVISION_ACK = "wait", "OK."
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Pair:
     start: int  # turns the two paths share
     verdicts: list[str | None] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)  # per answer: cut at the token limit
 
 
 def user_message(node, action_format: str) -> str:
@@ -93,19 +98,21 @@ def select(tree, *, alpha: float, beta: float, max_good: int, max_pairs: int) ->
     return goods, pairs
 
 
-def judge_pairs(pairs: list[Pair], chat, env: str, *, history: int, max_new_tokens: int) -> None:
-    """Fill each pair's verdicts for its bad steps after the shared prefix (one batched call)."""
+def judge_pairs(pairs: list[Pair], engine, env: str, *, history: int, max_new_tokens: int) -> list[Judgement]:
+    """Fill each pair's verdicts, answers and truncation flags for its bad steps after the
+    shared prefix (one batched generation of ``engine``); return every judgement."""
     requests, owners = [], []
     for pair in pairs:
         steps = [(_action(pair.tree.nodes[i]), pair.tree.nodes[i].observation) for i in pair.bad]
         for index in range(pair.start, len(pair.bad)):
             requests.append((env, pair.tree.instruction, steps, index))
             owners.append(pair)
-    for pair, (verdict, answer) in zip(
-        owners, judge_steps(chat, requests, history=history, max_new_tokens=max_new_tokens)
-    ):
-        pair.verdicts.append(verdict)
-        pair.answers.append(answer)
+    judgements = judge_steps(engine, requests, history=history, max_new_tokens=max_new_tokens)
+    for pair, judgement in zip(owners, judgements):
+        pair.verdicts.append(judgement.verdict)
+        pair.answers.append(judgement.answer)
+        pair.truncated.append(judgement.truncated)
+    return judgements
 
 
 def revision_example(pair: Pair, action_format: str, rng: random.Random) -> ChatExample:
@@ -117,9 +124,12 @@ def revision_example(pair: Pair, action_format: str, rng: random.Random) -> Chat
     transition = transition_point(verdicts, start=start)
     thought = rng.choice(REVISION_THOUGHTS)
     turn = actor.RESPONSE_PREFIX[action_format] + revision_turn(thought, action_format)
-    messages = opening(pair.tree, pair.bad) + splice_revision(bad, good, transition, turn, ack=REVISION_ACK)
+    reply = revision_reply(pair.tree.nodes[pair.bad[transition]], action_format)
+    messages = opening(pair.tree, pair.bad) + splice_revision(bad, good, transition, turn, ack=reply)
     values = [pair.tree.path_value(pair.good), pair.tree.path_value(pair.bad)]
+    judged = "bad" in verdicts  # t' from a Bad verdict; else direct revision at the last bad step
     meta = {**_meta(pair.tree, "revision"), "transition": transition, "shared": start, "values": values}
+    meta["judged"] = judged
     return ChatExample(messages, actor.RESPONSE_PREFIX[action_format], meta)
 
 
@@ -130,14 +140,31 @@ def good_example(tree, path: list[int], action_format: str) -> ChatExample:
 
 
 def revision_turn(thought: str, action_format: str) -> str:
-    """The revision signal in the actor's format (after the response prefix).
+    """The revision signal in the actor's format (after the response prefix): a reflection
+    and no action, which the rollout never sends to the environment.
 
     >>> revision_turn("I made an error.", "think_action")
-    '<think>I made an error.</think><action>wait</action>'
+    '<think>I made an error.</think>'
     """
     if action_format != "think_action":
         raise ValueError("Agent-R's revision thought needs rollout.action_format=think_action")
-    return f"<think>{thought}</think>" + actor.completion(REVISION_ACTION, action_format)
+    return f"<think>{thought}</think>"
+
+
+def revision_reply(node, action_format: str) -> str:
+    """The user message after the revision signal given at ``node`` (the transition turn):
+    what the rollout answers an output without an action (``actor.turn_message`` after an
+    invalid output), the node's observation again after "Invalid action format."."""
+    return actor.turn_message(node.observation, node.admissible, action_format, after_invalid=True)
+
+
+def is_revision_turn(text: str) -> bool:
+    """Whether an assistant text is a revision signal: a ``<think>`` block and no action.
+
+    >>> is_revision_turn("<think>I made an error.</think>"), is_revision_turn("<think>t</think><action>look</action>")
+    (True, False)
+    """
+    return "</think>" in text and not actor.action_blocks(text)
 
 
 def _action(node) -> str:

@@ -6,14 +6,23 @@ The paper's prompt speaks of "interactive environments"; the authors' SciWorld c
 environment (:data:`ENVIRONMENTS`), so a TextCraft judge is not told it does science.
 Each step is judged with the task description, up to ``history`` earlier turns as
 ``Action: … Observation: …`` lines, and the current action and observation; the answer
-is parsed exactly by :func:`roleagent.algos.agent_r.parse_judgement`.
+is parsed by :func:`roleagent.algos.agent_r.parse_judgement` (the verdict word first on the
+last ``Judgment:`` line). Every answer is kept with its verdict (None: unparsed) and whether
+it hit the token limit (``agent_r.judge_max_new_tokens``), so a run counts them
+(:func:`judge_counts`) instead of reading an unparsed answer as a verdict.
+
+The limit: the paper's nine judge answers (Table 8) are 19-91 tokens with the embedded
+SmolLM2 tokenizer; the default 256 leaves 2.8 times the longest (the authors generate up to
+500 tokens for every call).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from roleagent.algos.agent_r import parse_judgement
+from roleagent.engine.base import SamplingParams
 
 #: How the judge prompt names each environment (others: "an interactive environment").
 ENVIRONMENTS = {
@@ -62,16 +71,45 @@ def judge_prompt(env: str, task: str, steps: Sequence[tuple[str, str]], index: i
     )
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """One judge answer: its verdict (None: unparsed), the text, and whether generation
+    stopped at the token limit rather than at the end of the answer."""
+
+    verdict: str | None
+    answer: str
+    truncated: bool = False
+
+
 def judge_steps(
-    chat, requests: Sequence[tuple[str, str, Sequence[tuple[str, str]], int]], *, history: int, max_new_tokens: int
-) -> list[tuple[str | None, str]]:
-    """Verdicts and raw answers for ``(env, task, steps, index)`` requests, one batched
-    greedy ``chat`` call (``roleagent.methods.base.Chat``)."""
+    engine, requests: Sequence[tuple[str, str, Sequence[tuple[str, str]], int]], *, history: int, max_new_tokens: int
+) -> list[Judgement]:
+    """Judgements of ``(env, task, steps, index)`` requests, one batched greedy generation
+    of ``engine`` (``roleagent.engine.Engine``)."""
     if not requests:
         return []
-    conversations = [[{"role": "user", "content": judge_prompt(*r, history=history)}] for r in requests]
-    answers = chat(conversations, max_new_tokens=max_new_tokens, temperature=0.0)
-    return [(parse_judgement(a), a) for a in answers]
+    prompts = [engine.encode_chat([{"role": "user", "content": judge_prompt(*r, history=history)}]) for r in requests]
+    generations = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    return [Judgement(parse_judgement(g.text), g.text, bool(g.truncated)) for g in generations]
+
+
+def judge_counts(judgements: Sequence[Judgement]) -> dict[str, float]:
+    """Per-iteration counts (metrics ``agent_r/judge_*`` and ``agent_r/verdict_*``): answers
+    parsed into a verdict, unparsed, and truncated (cut at the token limit, parsed or not).
+
+    Example: verdicts ["bad", None, "good"], the second truncated → judge_answers 3,
+    judge_parsed 2, judge_unparsed 1, judge_truncated 1, verdict_good 1, verdict_bad 1,
+    verdict_uncertain 0.
+    """
+    verdicts = [j.verdict for j in judgements]
+    counts = {
+        "judge_answers": len(verdicts),
+        "judge_parsed": sum(v is not None for v in verdicts),
+        "judge_unparsed": verdicts.count(None),
+        "judge_truncated": sum(j.truncated for j in judgements),
+        **{f"verdict_{v}": verdicts.count(v) for v in ("good", "bad", "uncertain")},
+    }
+    return {k: float(v) for k, v in counts.items()}
 
 
 def _clip(text: str, limit: int) -> str:

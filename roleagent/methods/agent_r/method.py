@@ -32,6 +32,7 @@ from roleagent.algos.agent_r import alpha_for_iteration
 from roleagent.fields import ConfigError
 from roleagent.methods.agent_r import data
 from roleagent.methods.agent_r.config import AgentRConfig
+from roleagent.methods.agent_r.judge import judge_counts
 from roleagent.methods.agent_r.mcts import MCTSSettings, save_trees, search_trees
 from roleagent.methods.base import Method
 from roleagent.sft.config import SFTConfig
@@ -112,12 +113,14 @@ class AgentRMethod(Method):
             goods += [(tree, path) for path in g]
             pairs += p
         started = time.perf_counter()
+        judgements = []
         if cfg.judge:
-            env = ctx.cfg.env.name
-            data.judge_pairs(pairs, ctx.chat, env, history=cfg.judge_history, max_new_tokens=cfg.judge_max_new_tokens)
+            env, limit = ctx.cfg.env.name, cfg.judge_max_new_tokens
+            judgements = data.judge_pairs(pairs, ctx.engine, env, history=cfg.judge_history, max_new_tokens=limit)
         judge_s = time.perf_counter() - started
         chats = [data.good_example(tree, path, fmt) for tree, path in goods]
-        chats += [data.revision_example(pair, fmt, rng) for pair in pairs]
+        revisions = [data.revision_example(pair, fmt, rng) for pair in pairs]
+        chats += revisions
         _write_pairs(out / "pairs.jsonl", pairs)
         write_examples(out / "examples.jsonl", chats)
         encoded, too_long = [], 0
@@ -126,15 +129,14 @@ class AgentRMethod(Method):
                 encoded.append(encode_example(ctx.engine, example))
             except SFTDataError:
                 too_long += 1
-        verdicts = [v for pair in pairs for v in pair.verdicts]
         self.metrics = {
             "alpha": alpha,
             "good": float(len(goods)),
             "revision": float(len(pairs)),
+            "revision_judged": float(sum(e.meta["judged"] for e in revisions)),
             "too_long": float(too_long),
             "judge_time_s": judge_s,
-            **{f"verdict_{v}": float(verdicts.count(v)) for v in ("good", "bad", "uncertain")},
-            "verdict_unparsed": float(verdicts.count(None)),
+            **judge_counts(judgements),
         }
         return encoded + self._general(len(encoded), rng)
 
@@ -224,5 +226,6 @@ def _write_pairs(path: Path, pairs: list) -> None:
                 "values": [p.tree.path_value(p.good), p.tree.path_value(p.bad)],
                 "verdicts": p.verdicts,
                 "answers": p.answers,
+                "truncated": p.truncated,
             }
             f.write(json.dumps(record) + "\n")

@@ -30,7 +30,11 @@ class ASLConfig:
     )
     checks: int = _f(5, "K: GRM checks of each generated (question, answer) pair (authors' code: 5)")
     accept: float = _f(0.8, "C: a pair is kept when the mean of its K verdicts is >= C (authors' code: 0.8)")
-    attempts: int = _f(4, "M: policy rollouts at each kept question; the PG's reward is the entropy of their verdicts")
+    attempts: int = _f(
+        10,
+        "M: policy rollouts at each kept question (authors' code: 10); the PG's reward is the entropy "
+        "of their verdicts, and the GRM's training data is balanced within these M per question",
+    )
     reject_reward: float = _f(0.0, "the prompt generator's reward for a pair the K/C filter rejects or cannot parse")
     followup_threshold: float = _f(0.5, "a question the policy solves more than this share of the time asks for HARDER")
     train_grm: bool = _f(True, "run the GRM phase; false freezes the GRM (the paper's reward-hacking ablation)")
@@ -42,16 +46,15 @@ class ASLConfig:
     plateau_window: int = _f(3, "the GRM and policy phases end when the mean reward of the last W iterations ...")
     plateau_tolerance: float = _f(0.02, "... improves on the W before by at most this")
     topics: list = _f(TOPICS, "topics of the iteration-0 meta prompt")
-    seed_questions: int = _f(
-        0,
-        "also seed round 0's follow-ups with this many training-split questions of the environment "
-        "(their gold answers as the pair's answer); 0 = zero labelled data, as in the paper",
+    grm_max_examples: int = _f(
+        256, "GRM training examples kept per round after balancing per question (the newest questions first)"
     )
-    grm_max_examples: int = _f(256, "GRM training examples kept per round after class balancing (the newest first)")
     late_injection_round: int = _f(
         0,
         "from this round on (>= 1), the GRM phase also trains on real verification data built from "
-        "the environment's training split (gold answer: correct; another question's gold: wrong); 0 = off",
+        "the environment's training split (gold answer: correct; another question's gold: wrong); 0 = off, "
+        "as in the paper's headline runs (its Figure 6b injects in the third round: 2, recipe "
+        "asl_search_injection)",
     )
     injection_examples: int = _f(32, "real verification examples injected per round (half correct, half wrong)")
     grm_eval_questions: int = _f(
@@ -62,7 +65,11 @@ class ASLConfig:
     pg_max_new_tokens: int = _f(256, "token limit of one generated question-answer turn")
     grm_max_new_tokens: int = _f(256, "token limit of one GRM judgement")
     judge_temperature: float = _f(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
-    system_prompts: bool = _f(True, "give the PG and GRM the paper's system prompt (tools described, Figure 8)")
+    system_prompts: bool = _f(
+        True,
+        "give the PG and GRM the paper's system prompts (Figures 7-8) without the tool: these roles write "
+        "one turn and do not search here",
+    )
 
 
 #: Range rules of the ``asl`` fields (merged into ``roleagent.config_rules.FIELD_RULES``).
@@ -81,7 +88,6 @@ RULES = {
         (lambda v: bool(v) and all(isinstance(t, str) and t.strip() for t in v)),
         "a non-empty list of topics",
     ),
-    "asl.seed_questions": at_least(0),
     "asl.grm_max_examples": at_least(2),
     "asl.late_injection_round": at_least(0),
     "asl.injection_examples": at_least(2),

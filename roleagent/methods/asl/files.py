@@ -6,7 +6,7 @@ cuts each file back to its count and removes files the checkpoint never saw.
 
     asl/round_0000/questions.jsonl   every PG output: parsed pair, K checks, kept, M verdicts, reward
     asl/round_0000/grm_data.jsonl    the GRM's self-generated triples (question, response, label)
-    asl/round_0000/grm_train.jsonl   what the GRM phase trains on (class-balanced, + real data)
+    asl/round_0000/grm_train.jsonl   what the GRM phase trains on (balanced per question, + real data)
     asl/round_0000/followups.jsonl   D_PG of the next round: (question, answer, HARDER/EASIER)
     asl/round_0000/grm_eval.jsonl    the GRM's verdicts on held-out gold and wrong answers
 """

@@ -9,7 +9,7 @@ loop iteration trains the role of the current phase, and phases cycle PG → GRM
                   (rejected: asl.reject_reward); kept questions join D_PM, the M
                   (question, answer, verdict) triples join D_GRM          (scorer)
          ends when D_PM holds asl.pg_target_questions (or phase_max_iterations)
-    GRM  tasks  = class-balanced D_GRM (+ real verification data from a late round on)
+    GRM  tasks  = D_GRM balanced per question (+ real verification data from a late round on)
          reward = 1 when the verdict equals the label (RLVR)
     PM   tasks  = D_PM questions as environment tasks (the generated tasks flow through
                   this task source into the ordinary rollouts)
@@ -18,8 +18,9 @@ loop iteration trains the role of the current phase, and phases cycle PG → GRM
                   verdict makes its follow-up (HARDER if > 0.5, else EASIER) for D_PG
     GRM and PM phases end on a reward plateau (asl.plateau_window / plateau_tolerance).
 
-The advantage estimator and objective are the loop's (``algo.name``: GRPO by default;
-the paper trains every role with PPO and a critic). Files: ``roleagent.methods.asl.files``.
+The advantage estimator and objective are the loop's (``algo.name``: GRPO by default; the
+authors' released script trains every role with PPO and a critic, ``adv_estimator=gae``,
+which the paper does not state). Files: ``roleagent.methods.asl.files``.
 """
 
 from __future__ import annotations
@@ -298,15 +299,17 @@ class ASLMethod(Method):
         return out
 
     def _grm_examples(self) -> list[dict]:
-        """D_GRM class-balanced (at most grm_max_examples, the newest of each class), plus
-        real verification data from asl.late_injection_round on."""
+        """D_GRM balanced per question (:func:`roleagent.algos.asl.balance_per_question`:
+        each question's minority verdicts plus as many of its majority, the newest
+        questions first up to grm_max_examples), plus real verification data from
+        asl.late_injection_round on."""
         cfg, ctx = self.config, self.context
         rng = random.Random(f"{ctx.cfg.seed}/asl/{self.round}")
-        kept = asl.balance_labels([r["label"] for r in self.grm_pool], rng)
-        per_class = cfg.grm_max_examples // 2
-        examples = []
-        for label in (0, 1):
-            examples += [self.grm_pool[i] for i in kept if self.grm_pool[i]["label"] == label][-per_class:]
+        pool = self.grm_pool
+        kept = asl.balance_per_question(
+            [r["source"] for r in pool], [r["label"] for r in pool], rng, cfg.grm_max_examples
+        )
+        examples = [pool[i] for i in kept]
         if cfg.late_injection_round and self.round >= cfg.late_injection_round:
             env = ctx.pool.meta
             real = verification_pairs(env.tasks(ctx.cfg.env.train_split), env, cfg.injection_examples // 2)

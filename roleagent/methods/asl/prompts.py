@@ -1,8 +1,14 @@
-"""The prompts of ASL's three roles, from the paper's Appendix A (Sun et al., 2025, arXiv
-2510.14253, Figures 8-12), and the parsers of what the roles write. The paper's
-"concreate" typo is corrected; the tool is the search environment's ``<search>`` action
-(the paper's ``retrieve`` tool call), though the PG and GRM turns here are single turns
-without tool calls (``docs/asl.md``)."""
+"""The prompts of the prompt generator (PG) and the generative reward model (GRM), from
+the paper's Appendix A (Sun et al., 2025, arXiv 2510.14253, Figures 7-12), and the parsers
+of what the roles write. The paper's "concreate" typo is corrected.
+
+The tool is left out. In the paper both roles may call ``retrieve`` before they answer;
+here each writes one turn and nothing would run a tool call, so the prompts neither
+describe a tool nor ask for one. Figures 7-8 lose their tool section; the user prompts'
+"use the tool" sentences are dropped (Figures 9-10: "the tool is necessary to answer"
+becomes "needs a search of a knowledge base to answer", a property of the question, which
+the policy will search for) or become "think" (Figures 11-12). The policy's prompt is the
+environment's, and the policy does search (``docs/asl.md``)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,6 @@ import re
 from roleagent.algos.asl import HARDER
 
 PG_SYSTEM = """You are a helpful assistant.
-## Tools
-You can search a knowledge base: <search>search terms</search>.
 ## Tasks
 Generate a question and answer that satisfy the user's request.
 You can use <think></think> as many times as you want, but you must use <question></question> and <answer></answer> once and only once at the end of your response.
@@ -23,8 +27,6 @@ For example:
 <answer>Beijing</answer>"""
 
 GRM_SYSTEM = """You are a helpful assistant.
-## Tools
-You can search a knowledge base: <search>search terms</search>.
 ## Tasks
 Verify the correctness of an answer.
 You can use <think></think> as many times as you want, then give your conclusion inside <answer></answer>."""
@@ -32,7 +34,7 @@ You can use <think></think> as many times as you want, then give your conclusion
 #: Figure 9: iteration 0.
 PG_ITERATION_0 = """Please generate a question about {topic}.
 The question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
-Use the tool to help you generate the question, ensure that the question is solvable and the tool is necessary to answer the question.
+Ensure that the question is solvable and needs a search of a knowledge base to answer.
 Output with the following format:
 <question>
 ...a generated question...
@@ -52,8 +54,7 @@ Most student {answer_type}LY answer this question, therefore, to better train my
 You should generate the new question that is similar to the current question but requires new knowledge and is {question_type} to answer.
 Follow the following instructions to generate the new question:
 1. The new question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
-2. Use the tool to help you generate the new question.
-3. The question must be solvable and the tool must be necessary to answer the question. Your final output should be of the following formats:
+2. The question must be solvable and need a search of a knowledge base to answer. Your final output should be of the following formats:
 <question>
 ...a new question...
 </question>
@@ -68,7 +69,7 @@ PG_LATER = """I asked a question to my students:
 The true answer to this question is:
 {answer}
 
-Most student {answer_type}LY answer this question, therefore, to better train my students, I want you to generate a {question_type} question based on the current question. You should use the tool to retrieve the relevant infomation about the question, then generate the new question by {question_constraint} one reasoning hop to the current question.
+Most student {answer_type}LY answer this question, therefore, to better train my students, I want you to generate a {question_type} question based on the current question. Think about what the question involves, then generate the new question by {question_constraint} one reasoning hop to the current question.
 e.g. {demo}
 
 The new question should be about factual knowledge and can be answered with ONLY ONE concrete entity.
@@ -94,7 +95,7 @@ My student's answer is:
 {completion}
 
 I want you to help me verify the correctness of my student's answer.
-Use the tool and thinking to analyze, then draw your conclusion in the following format:
+Think it through, then draw your conclusion in the following format:
 <answer>
 conclusion: correct/wrong
 </answer>"""

@@ -173,7 +173,8 @@ def prediction_scores(steps: Sequence) -> np.ndarray:
 
 def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
     """Role-Agent ``A = A^S(R_t) + α·A^E`` (eq. 9) over ``batch``, with R_t modulated by the
-    steps' prediction scores (``algos.role_agent_advantage_parts``)."""
+    steps' prediction scores (``algos.role_agent_advantage_parts``) and A^E's statistics
+    per ``algo.episode_stats`` (``algos.wia.episode_advantages``)."""
     a_state, a_episode, groups = algos.role_agent_advantage_parts(
         batch.group_ids,
         batch.traj_ids,
@@ -185,6 +186,7 @@ def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
         gamma=cfg.gamma,
         mode=cfg.norm,
         similarity_threshold=cfg.similarity_threshold,
+        episode_stats=cfg.episode_stats,
     )
     return Advantages(a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state}, groups)
 
