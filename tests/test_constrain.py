@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from roleagent.engine.constrain import NEG, TokenTrie, TrieCursor, restrict_logits
+from roleagent.engine.constrain import NEG, TokenTrie, TrieCursor, restricted_logprobs, sample_rows
 from roleagent.roles import actor
 from roleagent.types import Step
 
@@ -44,17 +44,45 @@ def test_trie_rejects_empty_input():
         TokenTrie([[1], []])
 
 
-def test_restrict_logits_renormalises_over_the_allowed_set():
+def test_restricted_logprobs_renormalise_over_the_allowed_set():
     logits = torch.tensor([[0.0, 0.0, math.log(2.0)], [1.0, 2.0, 3.0]])
-    out = torch.log_softmax(restrict_logits(logits, {(0,): [1, 2]}), dim=-1)
-    assert out[0, 1].item() == pytest.approx(math.log(1 / 3), abs=1e-6)
-    assert out[0, 2].item() == pytest.approx(math.log(2 / 3), abs=1e-6)
-    assert out[0, 0].exp().item() == 0.0
-    assert torch.allclose(out[1], torch.log_softmax(logits[1], dim=-1))  # row 1 is free
-    single = torch.log_softmax(restrict_logits(logits, {(1,): [0]}), dim=-1)
-    assert single[1, 0].item() == 0.0  # one allowed token: log-prob exactly 0
-    assert restrict_logits(logits, {}) is logits
-    assert restrict_logits(logits, {(0,): [2]})[0, 0].item() == NEG
+    every = torch.tensor([[1, 2], [0, 1]])  # (position, target) pairs, one column at a time
+    log_p, entropy = restricted_logprobs(
+        logits[:, None, :].expand(2, 2, 3), {(0, 0): [1, 2], (0, 1): [1, 2]}, every, with_entropy=True
+    )
+    assert log_p[0, 0].item() == pytest.approx(math.log(1 / 3), abs=1e-6)
+    assert log_p[0, 1].item() == pytest.approx(math.log(2 / 3), abs=1e-6)
+    free = torch.log_softmax(logits[1], dim=-1)  # row 1 is free
+    assert log_p[1].tolist() == pytest.approx([free[0].item(), free[1].item()], abs=1e-6)
+    h = -(1 / 3 * math.log(1 / 3) + 2 / 3 * math.log(2 / 3))
+    assert entropy[0].tolist() == pytest.approx([h, h], abs=1e-6)
+    assert entropy[1, 0].item() == pytest.approx(float(-(free.exp() * free).sum()), abs=1e-6)
+    single, entropy = restricted_logprobs(logits, {(1,): [0]}, torch.tensor([2, 0]), with_entropy=True)
+    assert single[1].item() == 0.0 and entropy[1].item() == 0.0  # one allowed token: log-prob exactly 0
+    outside, _ = restricted_logprobs(logits, {(0,): [1, 2]}, torch.tensor([0, 0]))
+    assert outside[0].item() == NEG  # a target outside its set is marked, not renormalised
+    assert torch.equal(restricted_logprobs(logits, {}, torch.tensor([0, 0]))[0], torch.log_softmax(logits, -1)[:, 0])
+
+
+def test_sample_rows_draws_from_the_renormalised_distribution():
+    logits = torch.tensor([[0.0, 0.0, math.log(2.0), 5.0], [1.0, 2.0, 3.0, 0.0]])
+    tokens, logprobs = sample_rows(logits, {(0,): [1, 2]}, greedy=True)
+    assert tokens.tolist() == [2, 2]
+    assert logprobs[0].item() == pytest.approx(math.log(2 / 3), abs=1e-6)
+    assert logprobs[1].item() == pytest.approx(float(torch.log_softmax(logits[1], -1)[2]), abs=1e-6)
+    generator = torch.Generator().manual_seed(0)
+    draws = [sample_rows(logits, {(0,): [1, 2]}, greedy=False, generator=generator) for _ in range(3000)]
+    first = torch.stack([t for t, _ in draws])[:, 0]
+    assert set(first.tolist()) == {1, 2}  # never a forbidden token
+    assert float((first == 2).float().mean()) == pytest.approx(2 / 3, abs=0.03)
+    free = torch.stack([t for t, _ in draws])[:, 1]
+    expected = torch.softmax(logits[1], -1)
+    for token in range(4):
+        assert float((free == token).float().mean()) == pytest.approx(float(expected[token]), abs=0.03)
+    for t, lp in draws[:20]:  # each log-prob is the drawn token's under the restricted distribution
+        assert lp[0].item() == pytest.approx(math.log(1 / 3 if t[0] == 1 else 2 / 3), abs=1e-6)
+    nucleus = [sample_rows(logits, {(0,): [1, 2]}, greedy=False, top_p=0.5, generator=generator)[0] for _ in range(200)]
+    assert {int(t[0]) for t in nucleus} == {2} and {int(t[1]) for t in nucleus} == {2}  # top-2/3 alone reaches 0.5
 
 
 # ------------------------------------------------------------------ the engine ----------

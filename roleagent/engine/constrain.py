@@ -6,7 +6,7 @@ the command that was executed. Here the same is obtained by constrained decoding
 allowed sequences (the token ids of each admissible command's completion) form a prefix
 tree; at each step the row may only emit a token that continues some sequence, and it
 finishes exactly when a full sequence has been emitted. The sampling distribution is the
-model's renormalised over the allowed tokens (:func:`restrict_logits`), so a position with
+model's renormalised over the allowed tokens (:func:`restricted_logprobs`, :func:`sample_rows`), so a position with
 one allowed token has log-prob exactly 0, and π(command) = Π_t π(token_t | allowed_t)
 sums to 1 over the commands (GLAM scores each command by the same product, without the
 per-position renormalisation).
@@ -22,10 +22,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-__all__ = ["NEG", "TokenTrie", "restrict_logits"]
+from roleagent.algos.loss import token_entropy_from_logits
 
-#: What a forbidden token's logit becomes: finite, so that ``0 · NEG = 0`` in an entropy,
-#: and exp(NEG − max) = 0 in every softmax.
+__all__ = ["NEG", "TokenTrie", "restricted_logprobs", "sample_rows"]
+
+#: The log-prob of a target outside its allowed set: finite (float32 min), so the
+#: non-finite diagnosis (``roleagent.trainer.nonfinite``) can find it.
 NEG = torch.finfo(torch.float32).min
 
 _END = -1  # key marking the end of a full sequence in a trie node
@@ -103,22 +105,116 @@ def _children(node: dict[int, dict]) -> list[int]:
     return sorted(t for t in node if t != _END)
 
 
-def restrict_logits(logits: torch.Tensor, allowed: Mapping[tuple[int, ...], Sequence[int]]) -> torch.Tensor:
-    """``logits`` (..., V) with every token outside its position's allowed set set to
-    :data:`NEG`; ``allowed`` maps the index of a position over the leading axes to its
-    token ids, positions not in it stay free. Apply it to the temperature-scaled logits:
-    the restricted distribution is then ``softmax(z / T)`` renormalised over the set.
-
-    Example: logits (1, 3) = [[0, 0, ln 2]] restricted to {(0,): [1, 2]} → log-softmax
-    [[NEG-ish, ln 1/3, ln 2/3]]; restricted to {(0,): [2]} → log-prob 0 for token 2.
-    """
-    if not allowed:
-        return logits
+def _gather_allowed(logits: torch.Tensor, allowed: Mapping[tuple[int, ...], Sequence[int]]):
+    """The constrained positions' logits, packed: ``(positions, ids, sub, real)`` where
+    ``positions`` is one index tensor per leading axis (P,), ``ids`` (P, A) the allowed
+    token ids padded with each position's first id, and ``sub`` (P, A) their logits with
+    −inf in the padding, so ``logsumexp(sub)`` is the normaliser over the allowed set, and
+    ``real`` (P, A) marks the entries that are not padding."""
     device = logits.device
-    positions = tuple(torch.tensor(axis, device=device) for axis in zip(*allowed))  # one index tensor per axis
-    owner = torch.tensor([i for i, ids in enumerate(allowed.values()) for _ in ids], device=device)
-    tokens = torch.tensor([int(t) for ids in allowed.values() for t in ids], dtype=torch.long, device=device)
-    keep = torch.ones_like(logits, dtype=torch.bool)
-    keep[positions] = False
-    keep[tuple(axis[owner] for axis in positions) + (tokens,)] = True
-    return logits.masked_fill(~keep, NEG)
+    width = max(len(ids) for ids in allowed.values())
+    positions = tuple(torch.tensor(axis, device=device) for axis in zip(*allowed))  # one (P,) per axis
+    ids = torch.tensor([[*v, *[v[0]] * (width - len(v))] for v in allowed.values()], device=device)  # (P, A)
+    real = (
+        torch.arange(width, device=device)[None, :]
+        < torch.tensor([len(v) for v in allowed.values()], device=device)[:, None]
+    )
+    sub = logits[tuple(axis[:, None] for axis in positions) + (ids,)].masked_fill(~real, float("-inf"))  # (P, A)
+    return positions, ids, sub, real
+
+
+def restricted_logprobs(
+    logits: torch.Tensor,
+    allowed: Mapping[tuple[int, ...], Sequence[int]],
+    targets: torch.Tensor,
+    *,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log π(target)`` at every position of ``logits`` (..., V) (``targets`` (...)) and,
+    optionally, the entropy of π there: π is the softmax over the whole vocabulary, or, at
+    a position in ``allowed`` (the index of a position over the leading axes → its token
+    ids), the softmax renormalised over its allowed tokens, ``log π(t) = z_t − log Σ_{a ∈
+    allowed} e^{z_a}``. Apply it to temperature-scaled logits: the restricted distribution
+    is then ``softmax(z / T)`` over the set. A target outside its position's set (a
+    retokenisation mismatch) gets :data:`NEG` and no gradient.
+
+    Only the allowed logits enter a constrained position's sums: masking the other V − k
+    with a huge negative number and taking a softmax over V is the same maths, but its
+    ``exp`` of numbers below −88 falls on the CPU's slow underflow path, which made that
+    softmax cost more than the small model's forward.
+
+    Example: logits [[0, 0, ln 2]] with {(0,): [1, 2]}: log π(1) = ln 1/3, log π(2) = ln 2/3,
+    entropy 0.6365; with {(0,): [2]}: log π(2) = 0 exactly, entropy 0; target 0 → NEG.
+    """
+    free = torch.ones(logits.shape[:-1], dtype=torch.bool, device=logits.device)  # (...)
+    if allowed:
+        positions, ids, sub, real = _gather_allowed(logits, allowed)  # (P, A)
+        free[positions] = False
+    free_positions = free.nonzero(as_tuple=True)  # the whole vocabulary's sums only where needed
+    log_z = logits.new_zeros(free.shape).index_put(free_positions, torch.logsumexp(logits[free_positions], dim=-1))
+    entropy = None
+    if with_entropy:
+        entropy = logits.new_zeros(free.shape).index_put(
+            free_positions, token_entropy_from_logits(logits[free_positions])
+        )
+    if allowed:
+        sub_log_z = torch.logsumexp(sub, dim=-1)  # (P,)
+        log_z = log_z.index_put(positions, sub_log_z)
+        if entropy is not None:  # 0 in the padding (not −inf, whose 0 · ∞ would give NaN gradients)
+            log_p = (sub - sub_log_z[:, None]).masked_fill(~real, 0.0)  # (P, A)
+            entropy = entropy.index_put(positions, -(log_p.exp() * log_p * real).sum(dim=-1))
+    logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z  # (...)
+    if allowed:
+        in_set = (ids == targets[positions][:, None]).any(dim=-1)  # (P,)
+        logprobs = logprobs.index_put(positions, torch.where(in_set, logprobs[positions], NEG))
+    return logprobs, entropy
+
+
+def sample_rows(
+    logits: torch.Tensor,
+    allowed: Mapping[tuple[int], Sequence[int]],
+    *,
+    greedy: bool,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of ``logits`` (b, V), already temperature-scaled, and its log-prob:
+    a row in ``allowed`` draws from its allowed tokens only (renormalised; greedy: their
+    argmax), the others from the whole vocabulary; ``top_p`` keeps the smallest set of most
+    likely tokens whose mass reaches it (the log-prob stays the one before the cut).
+
+    Each row draws by inverse CDF from one uniform number (the rows' numbers come from
+    ``generator`` in row order), over its k allowed tokens rather than all V.
+
+    Example: logits [[0, 0, ln 2]], {(0,): [1, 2]}, greedy → token 2, log-prob ln 2/3; a
+    uniform u < 1/3 draws token 1, u ≥ 1/3 token 2.
+    """
+    b = logits.shape[0]
+    device = logits.device
+    tokens = torch.empty(b, dtype=torch.long, device=device)
+    logprobs = torch.empty(b, dtype=logits.dtype, device=device)
+    uniform = None if greedy else torch.rand(b, generator=generator, device=device, dtype=torch.float64)
+    free = torch.tensor([r for r in range(b) if (r,) not in allowed], dtype=torch.long, device=device)
+    groups = [(free, None, logits[free])] if len(free) else []
+    if allowed:
+        positions, ids, sub, _ = _gather_allowed(logits, allowed)
+        groups.append((positions[0], ids, sub))
+    for rows, ids, group in groups:
+        log_p = torch.log_softmax(group, dim=-1)  # (n, m)
+        choice = log_p.argmax(dim=-1) if greedy else _inverse_cdf(log_p.exp(), uniform[rows], top_p)  # (n,)
+        tokens[rows] = choice if ids is None else ids.gather(-1, choice[:, None]).squeeze(-1)
+        logprobs[rows] = log_p.gather(-1, choice[:, None]).squeeze(-1)
+    return tokens, logprobs
+
+
+def _inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Per row, the index where the cumulative (nucleus-cut) mass first exceeds
+    ``uniform`` × the row's kept mass; never an index of probability 0."""
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)  # (n, m)
+        sorted_probs[sorted_probs.cumsum(-1) - sorted_probs > top_p] = 0.0
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    cdf = probs.double().cumsum(dim=-1)  # (n, m)
+    index = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True).squeeze(-1)  # (n,)
+    last = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(dim=-1)  # the last positive entry
+    return torch.minimum(index, last)

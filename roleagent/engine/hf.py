@@ -37,7 +37,7 @@ import torch
 
 from roleagent.engine.base import Allowed, Generation, SamplingParams
 from roleagent.engine.chat import encode_chat, encode_followup
-from roleagent.engine.constrain import TokenTrie, TrieCursor, restrict_logits
+from roleagent.engine.constrain import TokenTrie, TrieCursor, sample_rows
 from roleagent.engine.prefix_cache import (
     PrefixCache,
     PrefixEntry,
@@ -297,21 +297,12 @@ class HFEngine:
     def _sample(
         self, logits: torch.Tensor, params: SamplingParams, allowed: dict[tuple[int], list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens and their log-probs; rows in ``allowed`` draw from the distribution
-        renormalised over their allowed tokens (greedy: argmax among them)."""
-        if params.temperature <= 0:  # greedy
-            logprobs = torch.log_softmax(restrict_logits(logits, allowed), dim=-1)  # (b, V)
-            tokens = logprobs.argmax(dim=-1)  # (b,)
-            return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-        logprobs = torch.log_softmax(restrict_logits(logits / params.temperature, allowed), dim=-1)  # (b, V)
-        probs = logprobs.exp()  # (b, V)
-        if params.top_p < 1.0:  # within the allowed set: the others already have probability 0
-            sorted_probs, order = probs.sort(dim=-1, descending=True)  # (b, V)
-            outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p  # (b, V)
-            sorted_probs[outside] = 0.0
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)  # (b, V)
-        tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)  # (b,)
-        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        """Tokens and their log-probs at the sampling temperature; rows in ``allowed`` draw
+        from the distribution renormalised over their allowed tokens (greedy: argmax
+        among them), :func:`roleagent.engine.constrain.sample_rows`."""
+        greedy = params.temperature <= 0
+        scaled = logits if greedy else logits / params.temperature  # (b, V)
+        return sample_rows(scaled, allowed, greedy=greedy, top_p=params.top_p, generator=self.generator)
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
         """A stop string occurs in the generated text after its leading whitespace, so a

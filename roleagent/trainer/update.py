@@ -59,9 +59,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from roleagent.algos import policy_loss, token_entropy_from_logits
+from roleagent.algos import policy_loss
 from roleagent.config import OptimConfig
-from roleagent.engine.constrain import restrict_logits
+from roleagent.engine.constrain import restricted_logprobs
 from roleagent.models.loading import Policy
 from roleagent.trainer.nonfinite import diagnose
 from roleagent.trainer.optimizer import Optimizer
@@ -193,10 +193,7 @@ def token_logprobs(
         probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logits = restrict_logits(logits, allowed or {})  # (B, K, V)
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # (B, K)
-    entropy = token_entropy_from_logits(logits) if with_entropy else None  # (B, K)
-    return logprobs, entropy
+    return restricted_logprobs(logits, allowed or {}, targets, with_entropy=with_entropy)  # (B, K) each
 
 
 class Updater:
