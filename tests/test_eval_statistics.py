@@ -62,6 +62,8 @@ def test_summary_prints_intervals_and_paired_tests(tmp_path, capsys):
     write_run_summary(cfg, evals, {"eval": GAMES}, [], quiet=False)
     table = (tmp_path / "eval_table.txt").read_text()
     lines = table.splitlines()
+    assert lines[0] == "trained with: algo role_agent (World-In-Agent on); methods: none"
+    lines = lines[2:]
     assert lines[0].startswith("scripted eval success (%)") and lines[3].startswith("after RL")  # the table as before
     assert lines[4:10] == [
         "  base                      0/10 = 0.0% [0.0, 27.8]",

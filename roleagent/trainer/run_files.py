@@ -273,7 +273,7 @@ def write_run_summary(
         "\n".join([format_table(tables[split], title=f"{cfg.env.name} {split} success (%)"), *statistics_lines(stats)])
         for split, stats in statistics.items()
     ]
-    table = "\n\n".join(blocks + [STATISTICS_LEGEND] if blocks else [])
+    table = "\n\n".join([training_line(cfg, methods), *blocks, STATISTICS_LEGEND] if blocks else [])
     (run_dir / "eval_table.txt").write_text(table + "\n")
     first = next(iter(panels), cfg.env.eval_split)
     summary = {
@@ -290,6 +290,16 @@ def write_run_summary(
         method.write_summary(run_dir)
     if not quiet:
         print("\n" + table)
+
+
+def training_line(cfg: TrainConfig, methods: Sequence[Any]) -> str:
+    """What the ``after RL`` rows measure, above the tables: the estimator, World-In-Agent's
+    switch where the estimator uses it, and the plug-in methods that ran, e.g. ``trained
+    with: algo role_agent (World-In-Agent on); methods: none`` for the main job (the
+    Role-Agent paper's "w/o Agent-In-World" row: Agent-In-World is the ``aiw`` method)."""
+    wia = f" (World-In-Agent {'on' if cfg.wia.enabled else 'off'})" if cfg.algo.name == "role_agent" else ""
+    names = ", ".join(m.name for m in methods) or "none"
+    return f"trained with: algo {cfg.algo.name}{wia}; methods: {names}"
 
 
 def log_line(record: dict) -> str:
