@@ -1,4 +1,5 @@
-"""SEAL interface evolution: schema cues, recovery hints, guideline selection, train-only."""
+"""SEAL interface evolution: schema cues, recovery hints, guideline selection, activation by
+failure type, the observation note, train-only."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_recovery_hints_by_error_class():
 
 
 def test_evolved_interface_is_train_only():
-    env = BFCLEnv(interface="evolved")
+    env = BFCLEnv(interface="evolved", activation="static")  # every cue on: what is train-only
     train = next(t for t in env.tasks("train") if t.metadata["category"] == "base")
     evl = next(t for t in env.tasks("eval") if t.metadata["category"] == "base")
     for _ in range(10):
@@ -125,7 +126,7 @@ def test_evolved_interface_is_train_only():
     assert "[required]" not in tinfo["instruction"]
     # the profile is part of the env state
     state = env.state_dict()
-    fresh = BFCLEnv(interface="evolved")
+    fresh = BFCLEnv(interface="evolved", activation="static")
     fresh.load_state_dict(json.loads(json.dumps(state)))
     assert fresh.reset(train, seed=0)[1]["guidelines"] == info_guidelines(env, train)
 
@@ -137,7 +138,7 @@ def info_guidelines(env, task):
 def test_evolved_interface_never_depends_on_the_answer():
     """Same tools, different tasks (different ground truth): identical evolved instruction,
     and the evolved text adds no ground-truth argument value absent from the plain text."""
-    env = BFCLEnv(interface="evolved")
+    env = BFCLEnv(interface="evolved", activation="static")  # every cue shown
     plain = BFCLEnv()
     by_classes: dict[tuple, list[str]] = {}
     tasks = [t for t in env.tasks("train") if t.metadata["category"] == "base"]
@@ -164,3 +165,78 @@ def test_switches_for_ablations():
     _, info = env.reset(train, seed=0)
     assert info["interface"] == "evolved"
     assert "[required]" not in info["instruction"] and info["guidelines"] == []
+
+
+# ------------------------------------------------ activation by failure type (§3.3) ------
+
+SMALL = {"tool_format": "compact", "classes": ["GorillaFileSystem"], "categories": ["base"], "train_per_category": 1}
+NOTE = (
+    "Observation note: parameters marked [required] must be provided exactly when calling a "
+    "tool; do not invent tools outside the current schema."
+)
+MARKER = '"[required] '  # a schema cue in a rendered description (guidelines say "[required]" too)
+
+
+def _profiled(labels_counts, **kwargs):
+    env = BFCLEnv(interface="evolved", **{**SMALL, **kwargs})
+    for label, n in labels_counts.items():
+        for _ in range(n):
+            env.update_profile({"priority_labels": [label]}, 0.0)
+    task = env.tasks("train")[0]
+    _, info = env.reset(task, seed=0)
+    failed = env.step(_qwen("cd", {"folder": "no_such_folder_xyz"})).observation
+    return info, failed
+
+
+def test_empty_profile_trains_on_the_plain_interface():
+    """Iteration 0 (nothing diagnosed yet): no failure type is selected, no cue is active."""
+    info, failed = _profiled({})
+    plain_env = BFCLEnv(**SMALL)
+    _, plain = plain_env.reset(plain_env.tasks("train")[0], seed=0)
+    assert info["instruction"] == plain["instruction"] and "Hint:" not in failed
+    assert info["interface"] == "evolved" and info["cues"] == []
+
+
+@pytest.mark.parametrize(
+    "label,cues",
+    [
+        ("argument_mismatch", ["schema_cues"]),  # paper: schema and constraint cues
+        ("missing_tool_call", ["affordance_cues"]),  # paper: tool-affordance cues
+        ("recovery_failure", ["recovery_hints"]),  # paper: structured error feedback
+        ("invalid_tool_call", ["recovery_hints", "schema_cues"]),  # paper silent: ours
+        ("state_mismatch", []),  # guideline only
+    ],
+)
+def test_failure_type_activates_its_interface_components(label, cues):
+    info, failed = _profiled({label: 10})
+    assert (MARKER in info["instruction"]) is ("schema_cues" in cues)
+    assert ("\nHint: " in failed) is ("recovery_hints" in cues)
+    assert ("Tool affordances: the tools you can call now are " in info["instruction"]) is ("affordance_cues" in cues)
+    assert info["cues"] == cues and info["guidelines"] == [GUIDELINES[label]]
+
+
+def test_only_selected_failure_types_activate_and_switches_still_apply():
+    # 12 argument_mismatch + 7 missing_tool_call: the second is under the count threshold (8)
+    info, _ = _profiled({"argument_mismatch": 12, "missing_tool_call": 7})
+    assert info["cues"] == ["schema_cues"]
+    # a switched-off component stays off whatever the profile selects
+    info, failed = _profiled({"argument_mismatch": 10, "recovery_failure": 10}, schema_cues=False)
+    assert info["cues"] == ["recovery_hints"] and MARKER not in info["instruction"] and "Hint: " in failed
+    # static: every switched-on component from the start, empty profile included
+    info, failed = _profiled({}, activation="static")
+    assert info["cues"] == ["affordance_cues", "recovery_hints", "schema_cues"] and "Hint: " in failed
+    with pytest.raises(ValueError, match="activation"):
+        BFCLEnv(interface="evolved", activation="always")
+
+
+def test_observation_note_follows_the_schema_cues_into_the_system_prompt():
+    """The authors' observation_lite instruction line, after the tools, before the guidelines."""
+    info, _ = _profiled({"argument_mismatch": 10})
+    instruction = info["instruction"]
+    assert NOTE in instruction
+    assert instruction.index("</tools>") < instruction.index(NOTE) < instruction.index("# Guidelines")
+    info, _ = _profiled({"argument_mismatch": 10}, schema_cues=False)
+    assert NOTE not in info["instruction"]
+    env = BFCLEnv(interface="evolved", activation="static", **SMALL)
+    evl = env.tasks("eval")[0]
+    assert NOTE not in env.reset(evl, seed=0)[1]["instruction"]  # evaluation stays plain

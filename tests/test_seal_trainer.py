@@ -131,6 +131,9 @@ def test_profile_push_reaches_process_workers():
             "freeze",
         ),
         (["seal.enabled=true", "env.name=bfcl", "env.eval_split=train"], "plain interface"),
+        # cues activated by a profile that is never updated would never show
+        (["seal.enabled=true", "env.name=bfcl", "seal.interface_updates=false"], "activation=static"),
+        (["seal.enabled=true", "env.name=bfcl", "env.kwargs={activation: always}"], "activation='always'"),
     ],
 )
 def test_seal_config_checks(override, message):
@@ -234,9 +237,23 @@ RECIPE_SWITCHES = {
     "seal_bfcl": (True, True, True, True),
     "seal_bfcl_paper": (True, False, True, True),  # the paper's text: rho fixed
     "seal_bfcl_paper_no_closed_loop": (True, False, True, False),  # paper's w/o closed loop
-    "seal_bfcl_authors_no_closed_loop": (True, False, True, True),  # authors' dynamic.enable=false
+    "seal_bfcl_authors": (True, True, True, False),  # authors' release: static cues + EMA
+    "seal_bfcl_authors_split": (True, True, True, False),  # the same on the authors' split
+    "seal_bfcl_authors_no_closed_loop": (True, False, True, False),  # authors' dynamic.enable=false
     "seal_bfcl_no_interface": (True, True, False, False),
     "seal_bfcl_no_reweight": (False, False, True, True),
+}
+
+ALL_CUES = ["affordance_cues", "recovery_hints", "schema_cues"]
+RECIPE_CUES = {
+    # recipe: (cues at iteration 0, guidelines switched on) -- profile activation starts plain
+    "seal_bfcl": ([], True),
+    "seal_bfcl_paper": ([], True),
+    "seal_bfcl_paper_no_closed_loop": (ALL_CUES, True),  # frozen with every cue on
+    "seal_bfcl_authors": (["schema_cues"], False),  # observation_lite only
+    "seal_bfcl_authors_split": (["schema_cues"], False),
+    "seal_bfcl_authors_no_closed_loop": (["schema_cues"], False),
+    "seal_bfcl_no_reweight": ([], True),
 }
 
 
@@ -246,6 +263,26 @@ def test_recipes_resolve_to_their_closed_loop_switches(recipe):
     assert (
         s.enabled and (s.reweight, s.utility_ema, s.interface_evolution, s.interface_updates) == RECIPE_SWITCHES[recipe]
     )
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_CUES))
+def test_recipes_show_their_interface_components(recipe):
+    """Which cues a recipe's first training episode shows (empty profile), and whether a
+    profile full of failures adds guidelines: the authors' settings never do."""
+    from roleagent.envs import make_env
+
+    kwargs = {**load_config(recipe).env.kwargs, "classes": ["GorillaFileSystem"], "categories": ["base"]}
+    kwargs.update(train_per_category=1, eval_per_category=1, split=kwargs.get("split", "roleagent"))
+    env = make_env("bfcl", **kwargs)
+    cues, guidelines = RECIPE_CUES[recipe]
+    task = env.tasks("train")[0]
+    assert env.reset(task, 0)[1]["cues"] == cues
+    for _ in range(10):
+        env.update_profile({"priority_labels": ["recovery_failure"]}, 0.0)
+    _, info = env.reset(task, 0)
+    assert bool(info["guidelines"]) is guidelines
+    assert ("recovery_hints" in info["cues"]) is (not recipe.startswith("seal_bfcl_authors"))
+    assert env.reset(env.tasks("eval")[0], 0)[1]["cues"] == []  # evaluation stays plain
 
 
 def test_interface_updates_needs_interface_evolution():
@@ -297,5 +334,8 @@ def test_interface_updates_switch_decides_whether_guidelines_appear(updates):
         task = pool.meta.tasks("train")[0]
         instruction = pool.reset([(0, task, 0)])[0].info["instruction"]
         assert ("# Guidelines" in instruction) is updates
+        # the profile also activates the cues its failure types call for (argument_mismatch:
+        # schema cues); without updates the profile stays empty and so does the interface
+        assert ('"[required] ' in instruction) is updates
         assert ("profile_size" in metrics) is updates
         assert (hook.profile is not None) is updates

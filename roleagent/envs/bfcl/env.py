@@ -83,7 +83,13 @@ class BFCLEnv(Environment):
         categories: subset of the four categories.
         include_response_schema: also show the tools' ``response`` schemas (bfcl's
             prompting mode does; off by default to save tokens).
-        schema_cues / recovery_hints / guidelines: the three parts of the evolved interface.
+        schema_cues / recovery_hints / guidelines / affordance_cues: the parts of the
+            evolved interface (``interface.py``); each can be switched off.
+        activation: ``"profile"`` (default; Hu et al., 2026, §3.3): a training episode
+            gets the switched-on components that the failure profile's selected failure
+            types activate (``interface.ACTIVATES``), so iteration 0, with an empty
+            profile, trains on the plain interface; ``"static"``: every switched-on
+            component from the start (the authors' released setting).
         profile_window: trajectories kept by the failure profile.
         tool_format: ``"full"`` (bfcl's schemas, default) or ``"compact"`` (first sentence
             of each description, no backend preamble, minified JSON: roughly half the
@@ -122,6 +128,8 @@ class BFCLEnv(Environment):
         schema_cues: bool = True,
         recovery_hints: bool = True,
         guidelines: bool = True,
+        affordance_cues: bool = True,
+        activation: str = "profile",
         profile_window: int = 512,
         type_check: bool = False,
         tool_format: str = "full",
@@ -165,7 +173,12 @@ class BFCLEnv(Environment):
         self.profile = FailureProfile(profile_window)
         self._plain = PlainInterface()
         self._evolved = EvolvedInterface(
-            self.profile, schema_cues=schema_cues, recovery_hints=recovery_hints, guidelines=guidelines
+            self.profile,
+            schema_cues=schema_cues,
+            recovery_hints=recovery_hints,
+            guidelines=guidelines,
+            affordance_cues=affordance_cues,
+            activation=activation,
         )
         self._plain.compact = self._evolved.compact = tool_format == "compact"
         longest = max((n for c in self.categories for n in data.entry_question_turns(c)), default=1)
@@ -231,11 +244,14 @@ class BFCLEnv(Environment):
         """Start an episode (bfcl is deterministic: ``seed`` changes nothing)."""
         self._task = task
         self._interface = self._interface_for(task)
+        self._interface.begin_episode()
         self._episode = self._new_episode(task, self._interface)
         ep = self._episode
         tools = ep.render_tools(ep.tool_docs(ep.available))
         template = QWEN_TOOLS if self.call_format == "qwen" else PYTHON_TOOLS
         instruction = BASE_PROMPT + "\n\n" + template.format(tools=tools)
+        for note in self._interface.notes([d["name"] for d in ep.tool_docs(ep.available)]):
+            instruction += "\n\n" + note
         guidelines = self._interface.guidelines()
         if guidelines:
             instruction += "\n\n# Guidelines\n" + "\n".join(f"- {g}" for g in guidelines)
@@ -247,6 +263,7 @@ class BFCLEnv(Environment):
             "n_turns": len(ep.turns),
             "turn": 0,
             "guidelines": guidelines,
+            "cues": sorted(self._interface.active),
             "messages": [{"role": "user", "content": first}],
         }
         return first, info

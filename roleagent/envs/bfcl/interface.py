@@ -6,14 +6,37 @@ answer (no ground-truth call, argument value or final state is used anywhere her
 - **schema cues** (Φ_schema): each parameter description is prefixed with ``[required]``
   or ``[optional]``, and the allowed values that bfcl writes inside descriptions
   (``"[Enum]: [\\"a\\", \\"b\\"]"`` or ``"[Enum]: A, B"``) become an explicit ``"enum"``
-  list (the authors' ``observation_lite`` with ``add_required_hint`` and
-  ``add_enum_hint``);
+  list (``schemas.schema_cues``; after the authors' ``observation_lite`` with
+  ``add_required_hint`` and ``add_enum_hint``, which append ``[required]`` only and read an
+  ``enum`` key that bfcl's docs lack);
 - **recovery hints** (Φ_recover): a failed call's result is followed by ``Hint: ...``,
   chosen by the *class* of the error (unknown/unavailable tool, missing or unexpected
   argument, type error, backend error message patterns) — never by the task;
 - **capability guidelines** (Φ_profile): up to three guidelines chosen from the current
   ``FailureProfile``: tags with count ≥ 8, prevalence ≥ 0.10 and reward_mean < 0.6,
-  ranked by prevalence·(1 − reward_mean).
+  ranked by prevalence·(1 − reward_mean);
+- **affordance cues**: a line naming the tools callable now and when a request needs a
+  call (ours: the paper names "tool-affordance cues" but not their text);
+- **observation note**: shown with the schema cues, the authors' ``observation_lite``
+  instruction line (``OBSERVATION_NOTE``), appended to the system prompt as they do.
+
+**Activation by failure type** (§3.3: "argument_mismatch activates schema and constraint
+cues, missing_tool_call activates tool-affordance cues, and recovery_failure activates
+structured error feedback"). With ``activation="profile"`` (default) a training episode
+gets only the components that the profile's *selected* failure types activate
+(``ACTIVATES``; the selected types are those that get a guideline, so one rule picks
+both). Worked example: a window of 20 trajectories, 12 with ``argument_mismatch``
+(reward 0) and 8 with ``recovery_failure`` (reward 0) selects both types, so the next
+episodes show schema cues + the observation note and recovery hints, not the affordance
+line; an empty profile (iteration 0) selects nothing and the training interface equals
+the plain one. ``activation="static"`` shows every switched-on component from the start
+(the authors' released setting: ``observation_lite`` is always on for training).
+Where the paper is silent we chose: ``invalid_tool_call`` → schema cues + recovery hints
+(its evidence is parse/schema/unknown-tool errors, which both address);
+``state_mismatch`` and ``response_mismatch`` → their guideline only; the authors' code
+tags map as their priority counterparts (``spurious_tool_call`` as ``invalid_tool_call``,
+``empty_turn_model_response`` as ``missing_tool_call``). Components are fixed per
+episode (chosen at ``reset``), so tools revealed mid-episode get the same cues.
 
 ``FailureProfile`` statistics are per trajectory over a sliding window: ``count`` = how
 many trajectories in the window carry the tag at least once, ``prevalence`` = count /
@@ -23,7 +46,6 @@ trajectories. The same definitions feed ``roleagent.algos.seal.ClosedLoopWeights
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections import deque
@@ -32,8 +54,9 @@ from typing import Any
 
 from roleagent.algos.seal import tag_statistics
 from roleagent.envs.bfcl.executor import CallRecord
+from roleagent.envs.bfcl.schemas import compact_doc, parse_enum, schema_cues
 
-_ENUM_RE = re.compile(r"\[Enum\]:\s*(\[[^\]]*\]|[^.\"\]]+)")
+__all__ = ["compact_doc", "parse_enum", "schema_cues"]  # re-exported: they lived here
 
 #: Guideline text per paper priority label (what to do, never which answer).
 GUIDELINES: dict[str, str] = {
@@ -74,6 +97,39 @@ GUIDELINES: dict[str, str] = {
     ),
     "instance_mismatch": ("Keep track of the state your earlier calls produced; later requests build on it."),
 }
+
+#: Interface components each failure type activates (``activation="profile"``), see above.
+ACTIVATES: dict[str, frozenset[str]] = {
+    "argument_mismatch": frozenset({"schema_cues"}),  # paper: schema and constraint cues
+    "missing_tool_call": frozenset({"affordance_cues"}),  # paper: tool-affordance cues
+    "recovery_failure": frozenset({"recovery_hints"}),  # paper: structured error feedback
+    "invalid_tool_call": frozenset({"schema_cues", "recovery_hints"}),  # paper silent: ours
+    "state_mismatch": frozenset(),  # guideline only
+    "response_mismatch": frozenset(),  # guideline only
+    "spurious_tool_call": frozenset({"schema_cues", "recovery_hints"}),
+    "empty_turn_model_response": frozenset({"affordance_cues"}),
+    "instance_mismatch": frozenset(),
+}
+ACTIVATIONS = ("profile", "static")
+
+#: The authors' ``observation_lite`` instruction line (Hu et al., 2026, code release), shown
+#: in the system prompt whenever the schema cues are.
+OBSERVATION_NOTE = (
+    "Observation note: parameters marked [required] must be provided exactly when calling a "
+    "tool; do not invent tools outside the current schema."
+)
+
+
+def affordance_note(tool_names: list[str]) -> str:
+    """The affordance cue: which tools can be called now and when a request needs a call
+    (only names already in the schemas; nothing about the task's answer)."""
+    return (
+        f"Tool affordances: the tools you can call now are {', '.join(tool_names)}. A request "
+        "that one of them can serve needs a tool call in this turn; reply in plain text only "
+        "when the requested operations are done, or when no listed tool applies (then say "
+        "what is missing)."
+    )
+
 
 MIN_COUNT = 8
 MIN_PREVALENCE = 0.10
@@ -126,40 +182,6 @@ class FailureProfile:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.window = int(state["window"])
         self._items = deque(((tuple(t), float(r)) for t, r in state["items"]), maxlen=self.window)
-
-
-# ------------------------------------------------------------------ schema cues -------
-
-
-def parse_enum(description: str) -> list[str] | None:
-    """Allowed values written in a bfcl description as ``[Enum]: [...]`` or ``[Enum]: A, B``."""
-    m = _ENUM_RE.search(description or "")
-    if not m:
-        return None
-    body = m.group(1).strip()
-    if body.startswith("["):
-        try:
-            values = json.loads(body)
-            return [str(v) for v in values] if isinstance(values, list) else None
-        except ValueError:
-            body = body.strip("[]")
-    values = [v.strip().strip("'\"") for v in body.split(",")]
-    return [v for v in values if v] or None
-
-
-def schema_cues(doc: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a tool doc with ``[required]``/``[optional]`` markers and ``enum`` lists."""
-    doc = copy.deepcopy(doc)
-    params = doc.get("parameters", {})
-    required = set(params.get("required", []) or [])
-    for name, prop in (params.get("properties") or {}).items():
-        desc = prop.get("description", "")
-        marker = "[required]" if name in required else "[optional]"
-        prop["description"] = f"{marker} {desc}".strip()
-        enum = parse_enum(desc)
-        if enum and "enum" not in prop:
-            prop["enum"] = enum
-    return doc
 
 
 # --------------------------------------------------------------- recovery hints -------
@@ -224,49 +246,6 @@ def recovery_hint(record: CallRecord, schema: dict[str, Any]) -> str | None:
     return None
 
 
-# ------------------------------------------------------------- compact schemas -------
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_PREAMBLE = "Tool description:"
-
-
-def _first_sentence(text: str, limit: int = 160) -> str:
-    text = " ".join((text or "").split())
-    head = _SENTENCE_END.split(text, maxsplit=1)[0]
-    return head if len(head) <= limit else head[: limit - 3].rstrip() + "..."
-
-
-def compact_doc(doc: dict[str, Any]) -> dict[str, Any]:
-    """A shorter copy of a tool doc for CPU-sized prompts (``tool_format="compact"``).
-
-    Drops bfcl's per-backend preamble ("This tool belongs to ... Tool description:")
-    and the ``"type": "dict"`` wrapper, and keeps the first sentence of every
-    description, plus any ``[Enum]: ...`` fragment and any ``[required]/[optional]``
-    marker (which lead the description). Names, parameter names, types, the
-    ``required`` list, ``enum``/``items``/``default`` keys are kept unchanged: nothing a
-    call needs is removed, only prose. Applied after the schema cues, to both the plain
-    and the evolved interface, so evaluation and training see the same format.
-    """
-    desc = doc.get("description", "") or ""
-    if _PREAMBLE in desc:
-        desc = desc.split(_PREAMBLE, 1)[1]
-    params = doc.get("parameters") or {}
-    props: dict[str, Any] = {}
-    for name, prop in (params.get("properties") or {}).items():
-        short = {k: v for k, v in prop.items() if k != "description"}
-        text = prop.get("description", "") or ""
-        head = _first_sentence(text)
-        enum = _ENUM_RE.search(text)
-        if enum and enum.group(0) not in head:
-            head = f"{head} {enum.group(0).strip()}".strip()
-        if head:
-            short = {"description": head, **short}
-        props[name] = short
-    out: dict[str, Any] = {"name": doc.get("name"), "description": _first_sentence(desc)}
-    out["parameters"] = {"properties": props, "required": list(params.get("required", []) or [])}
-    return out
-
-
 class PlainInterface:
     """The benchmark interface (always used for evaluation).
 
@@ -282,6 +261,14 @@ class PlainInterface:
             return "\n".join(json.dumps(compact_doc(d), ensure_ascii=False, separators=(",", ":")) for d in docs)
         return "\n".join(json.dumps(d, ensure_ascii=False) for d in docs)
 
+    active: frozenset[str] = frozenset()
+
+    def begin_episode(self) -> None:
+        """Fix the episode's components (the evolved interface reads its profile here)."""
+
+    def notes(self, tool_names: list[str]) -> list[str]:
+        return []
+
     def hint(self, record: CallRecord, schema: dict[str, Any]) -> str | None:
         return None
 
@@ -290,7 +277,9 @@ class PlainInterface:
 
 
 class EvolvedInterface(PlainInterface):
-    """Schema cues + recovery hints + profile-selected guidelines (training only)."""
+    """Schema cues, affordance cues, recovery hints and profile-selected guidelines
+    (training only), each switchable; ``activation`` decides which of the switched-on
+    components an episode gets (module docstring). Call ``begin_episode`` at reset."""
 
     name = "evolved"
 
@@ -301,19 +290,49 @@ class EvolvedInterface(PlainInterface):
         schema_cues: bool = True,
         recovery_hints: bool = True,
         guidelines: bool = True,
+        affordance_cues: bool = True,
+        activation: str = "profile",
     ) -> None:
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.profile = profile if profile is not None else FailureProfile()
         self.use_schema_cues = schema_cues
         self.use_recovery_hints = recovery_hints
         self.use_guidelines = guidelines
+        self.use_affordance_cues = affordance_cues
+        self.activation = activation
+        self.active: frozenset[str] = frozenset()
+
+    def components(self) -> frozenset[str]:
+        """The switched-on components this profile activates (all of them when static)."""
+        switched = {
+            "schema_cues": self.use_schema_cues,
+            "affordance_cues": self.use_affordance_cues,
+            "recovery_hints": self.use_recovery_hints,
+        }
+        on = {name for name, flag in switched.items() if flag}
+        if self.activation == "static":
+            return frozenset(on)
+        activated = set().union(*(ACTIVATES.get(t, frozenset()) for t in self.profile.select_guidelines()))
+        return frozenset(on & activated)
+
+    def begin_episode(self) -> None:
+        self.active = self.components()
 
     def render_tools(self, docs: list[dict[str, Any]]) -> str:
-        if self.use_schema_cues:
+        if "schema_cues" in self.active:
             docs = [schema_cues(d) for d in docs]
         return super().render_tools(docs)
 
+    def notes(self, tool_names: list[str]) -> list[str]:
+        """System-prompt lines of the active cues (observation note, affordance line)."""
+        out = [OBSERVATION_NOTE] if "schema_cues" in self.active else []
+        if "affordance_cues" in self.active and tool_names:
+            out.append(affordance_note(tool_names))
+        return out
+
     def hint(self, record: CallRecord, schema: dict[str, Any]) -> str | None:
-        return recovery_hint(record, schema) if self.use_recovery_hints else None
+        return recovery_hint(record, schema) if "recovery_hints" in self.active else None
 
     def guidelines(self) -> list[str]:
         if not self.use_guidelines:

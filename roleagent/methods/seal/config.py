@@ -22,11 +22,11 @@ class SEALConfig:
     )
     interface_evolution: bool = _f(
         True,
-        "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, recovery hints, profile guidelines); evaluation stays plain",
+        "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, affordance cues, recovery hints, profile guidelines, activated by the failure profile unless env.kwargs.activation=static); evaluation stays plain",
     )
     interface_updates: bool = _f(
         True,
-        "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's guidelines follow the policy's failures; false keeps the interface of iteration 0 (no guidelines). Needs interface_evolution",
+        "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's cues and guidelines follow the policy's failures; false freezes the profile empty (no guidelines; needs env.kwargs.activation=static). Needs interface_evolution",
     )
     utilities: dict = _f(
         {}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)"
@@ -50,7 +50,10 @@ def validate_seal(cfg) -> None:
     With ``seal.interface_evolution`` the environment is built with
     ``interface=evolved``, otherwise ``plain`` (filled in by :func:`resolve` when the
     recipe leaves it out); the env applies it to ``train``-split tasks only, so evaluation on
-    ``env.eval_split`` sees the plain benchmark interface.
+    ``env.eval_split`` sees the plain benchmark interface. ``env.kwargs.activation``
+    (``profile``, the env's default, or ``static``) says whether the failure profile
+    activates the interface's components (Hu et al., 2026, §3.3); with ``profile`` the
+    profile must be updated (``seal.interface_updates``), or no cue would ever show.
     """
     s, kwargs = cfg.seal, cfg.env.kwargs
     from roleagent.envs.base import env_class, factory_of
@@ -82,6 +85,16 @@ def validate_seal(cfg) -> None:
             raise ConfigError(
                 f"seal.interface_evolution=true trains on env.kwargs.interface=evolved, got "
                 f"{interface!r} (drop it, or set seal.interface_evolution=false)"
+            )
+        activation = kwargs.get("activation", "profile")
+        if activation not in ("profile", "static"):
+            raise ConfigError(f"env.kwargs.activation={activation!r}: expected profile or static")
+        if activation == "profile" and not s.interface_updates:
+            raise ConfigError(
+                "seal.interface_updates=false never fills the failure profile, so "
+                "env.kwargs.activation=profile would never activate a cue (training would be "
+                "plain): set env.kwargs.activation=static for a frozen interface, or "
+                "seal.interface_evolution=false"
             )
         if cfg.env.eval_split == cfg.env.train_split:
             raise ConfigError(

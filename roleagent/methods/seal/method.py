@@ -22,7 +22,8 @@
    utilities take one EMA step with this iteration's labels and verifier rewards; with
    ``seal.interface_updates`` (the paper's closed loop) the failure profile (paper
    priority labels, per trajectory) is updated and pushed to every env worker
-   (``pool.call_all("set_profile", state)``), which selects the guidelines of I_{k+1}.
+   (``pool.call_all("set_profile", state)``), which selects the guidelines of I_{k+1}
+   and, with the env's ``activation="profile"``, which cues it shows (Hu et al., 2026, §3.3).
 
 **Ordering (decided here).** The EMA utilities that weight iteration k's batch are those
 after iteration k − 1's update: ``update`` runs after weighting, in ``after_iteration``.
