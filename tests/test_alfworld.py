@@ -247,3 +247,24 @@ def test_knob_overrides_get_their_own_ids(cache):
     assert task.payload["spec"]["knobs"]["n_receptacles"] == 8
     layout = G.build_problem(G.Spec.from_json(task.payload["spec"]))["layout"]
     assert len(layout["receptacles"]) == 8 and len(layout["objects"]) > 1
+
+
+def test_main_recipe_prediction_budget_fits_the_real_next_observations(env):
+    """A perfect World-In-Agent prediction (the real next H observations, closed by the
+    stop tag) must fit ``wia.max_new_tokens``, else it is cut and scores lower whatever its
+    quality. On the main job's 48 expert games (313 transitions) the answers are at most 34
+    tokens (median 23), and 44% were over the former limit of 24."""
+    from roleagent.algos import prediction_horizon
+    from roleagent.config import load_config
+    from roleagent.models.loading import load_tokenizer
+
+    cfg = load_config("role_agent_alfworld")
+    horizon = cfg.wia.horizon or prediction_horizon(cfg.env.kwargs["max_steps"], cfg.wia.horizon_fraction)
+    tokenizer = load_tokenizer("embedded")
+    lengths = []
+    for task in env.tasks("train"):
+        observations = [s.observation for s in run_expert_episode(env, task).steps]
+        for t in range(1, len(observations) - horizon + 1):
+            answer = "".join(f"<state{h + 1}>{observations[t + h]}</state{h + 1}>" for h in range(horizon))
+            lengths.append(len(tokenizer(answer.removeprefix("<state1>"), add_special_tokens=False)["input_ids"]))
+    assert lengths and max(lengths) <= cfg.wia.max_new_tokens, (max(lengths), cfg.wia.max_new_tokens)
