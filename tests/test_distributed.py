@@ -105,7 +105,11 @@ def _single_process(run_dir: Path, batches: list) -> dict[str, torch.Tensor]:
         trainer.close()
 
 
-def _assert_close(a: dict, b: dict, atol: float = 1e-5) -> None:
+def _assert_close(a: dict, b: dict, atol: float = 1e-4) -> None:
+    """Equal within 1% of one step at lr 1e-2: a sample missing or counted twice moves a
+    weight by ~lr, while summing the same gradients in another order can move one whose
+    gradient is near AdamW's eps (1e-8), where g / (|g| + eps) magnifies rounding, by a few
+    1e-5 (3.3e-5 on 2 of 1,024 LoRA-A entries in the second step, measured)."""
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
@@ -146,7 +150,7 @@ def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path)
     init = trainable(fresh)
     fresh.close()
     moved = max(float((single[k] - init[k]).abs().max()) for k in single)
-    assert moved > 1e-4  # the update moved the weights: the comparison below means something
+    assert moved > 1e-3  # the update moved the weights: the comparison below means something
     _assert_close(ranks[0]["weights"], single)
     # rank 0 owns the run directory; rank 1 writes only under ranks/rank1
     assert (tmp_path / "dp" / "checkpoints" / "latest").is_file()

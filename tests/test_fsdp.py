@@ -92,7 +92,7 @@ def test_fsdp_update_with_padded_micro_batches_equals_one_process(tmp_path):
     weights = {k: v.detach().clone() for k, v in single.policy.model.named_parameters()}
     assert max(float((weights[k] - init[k]).abs().max()) for k in weights) > 1e-4
     for metrics, sharded in ranks:
-        _assert_close(sharded, weights)
+        _assert_close(sharded, weights, atol=1e-5)
         assert metrics["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)  # DTensor norm, pre-clip
         assert metrics["pg_loss"] == pytest.approx(expected["pg_loss"], abs=1e-6)
 
@@ -122,7 +122,7 @@ def test_fsdp_iteration_equals_one_full_fine_tuning_process(tmp_path):
     init.close()
     assert moved > 1e-4  # two AdamW steps of lr 1e-4
     for r in ranks:
-        _assert_close(r["weights"], single)
+        _assert_close(r["weights"], single, atol=1e-5)  # lr 1e-4: 10% of a step
     logged = next(m for m in ranks[0]["metrics"] if m.get("iteration") == 0)
     # AdamW hides a gradient scale (a mean over ranks instead of the sum): the norm does not
     assert logged["update/grad_norm"] == pytest.approx(record["update/grad_norm"], rel=1e-4)
