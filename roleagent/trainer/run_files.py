@@ -293,13 +293,10 @@ def write_run_summary(
 
 
 def training_line(cfg: TrainConfig, methods: Sequence[Any]) -> str:
-    """What the ``after RL`` rows measure, above the tables: the estimator, World-In-Agent's
-    switch where the estimator uses it, and the plug-in methods that ran, e.g. ``trained
-    with: algo role_agent (World-In-Agent on); methods: none`` for the main job (the
-    Role-Agent paper's "w/o Agent-In-World" row: Agent-In-World is the ``aiw`` method)."""
-    wia = f" (World-In-Agent {'on' if cfg.wia.enabled else 'off'})" if cfg.algo.name == "role_agent" else ""
-    names = ", ".join(m.name for m in methods) or "none"
-    return f"trained with: algo {cfg.algo.name}{wia}; methods: {names}"
+    """What the ``after RL`` rows measure, above the tables: the estimator and the plug-in
+    methods that ran, e.g. ``trained with: algo role_agent; methods: none`` for the main job
+    (the Role-Agent paper's "w/o Agent-In-World" row: Agent-In-World is the ``aiw`` method)."""
+    return f"trained with: algo {cfg.algo.name}; methods: {', '.join(m.name for m in methods) or 'none'}"
 
 
 def log_line(record: dict) -> str:
