@@ -29,6 +29,10 @@ def _lcs_dp(a, b):
     return prev[-1]
 
 
+#: the worked example's batch: group ids, trajectory ids, rewards, states, prediction scores
+WORKED = ([0] * 3, ["a", "a", "b"], [0, 1, 0], ["s0", "s1", "s0"], [[1.0], [0.5], [0.2]])
+
+
 def test_lms_identity_bounds_and_empties():
     assert lms_score("You see a Fridge 1.", "you  see a fridge 1 .") == 1.0  # case / whitespace
     assert lms_score("", "") == 1.0
@@ -196,16 +200,7 @@ def test_role_agent_worked_example_mean_norm():
     )
     np.testing.assert_allclose(out, [0.5 + 1 / 3, 1 / 3, -0.5 - 2 / 3])
     # α = 0 leaves only the state term
-    out = role_agent_advantages(
-        [0] * 3,
-        ["a", "a", "b"],
-        [0, 1, 0],
-        ["s0", "s1", "s0"],
-        [[1.0], [0.5], [0.2]],
-        gamma=0.5,
-        mode="mean_norm",
-        alpha=0.0,
-    )
+    out = role_agent_advantages(*WORKED, gamma=0.5, mode="mean_norm", alpha=0.0)
     np.testing.assert_allclose(out, [0.5, 0.0, -0.5])
 
 
@@ -251,16 +246,7 @@ def test_episode_advantage_hand_case_eq1_against_step_statistics():
 
 def test_role_agent_eq1_option_in_the_worked_example():
     # the worked example above with A^E over trajectories: scores {1, 0} − 1/2
-    out = role_agent_advantages(
-        [0] * 3,
-        ["a", "a", "b"],
-        [0, 1, 0],
-        ["s0", "s1", "s0"],
-        [[1.0], [0.5], [0.2]],
-        gamma=0.5,
-        mode="mean_norm",
-        episode_stats="trajectories",
-    )
+    out = role_agent_advantages(*WORKED, gamma=0.5, mode="mean_norm", episode_stats="trajectories")
     np.testing.assert_allclose(out, [1.0, 0.5, -1.0])
 
 
