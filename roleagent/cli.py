@@ -25,6 +25,7 @@ from pathlib import Path
 
 from roleagent.config import ConfigError, load_config, validate
 from roleagent.config_rules import explain
+from roleagent.fields import MAX_EPISODES
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -59,30 +60,37 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from roleagent.evaluation import format_table, panel, run_expert_episodes, success_by_type
-
+def _eval_config(args: argparse.Namespace):
+    """The config ``eval`` plays: the run's (``--run``: its folder is the run folder) or the
+    recipe's, with ``--split`` (the only panel, whatever ``eval.splits`` says),
+    ``--max-tasks`` and ``--out`` (the evaluation's own folder) applied and checked."""
     overrides = ["iterations=0", *args.set]  # evaluation never trains (model.engine=openai cannot)
     if args.run:
-        config_path = Path(args.run) / "config.yaml"
-        if not config_path.exists():
-            raise ConfigError(f"{args.run} has no config.yaml: is it a run directory?")
-        cfg = load_config(config_path, overrides)
+        from roleagent.run_config import load_run_config
+
+        cfg = load_run_config(Path(args.run), overrides, check=False)
     else:
         overrides = ([f"env.name={args.env}"] if args.env else []) + overrides
         cfg = load_config(args.config, overrides)
     if args.split:
-        cfg.env.eval_split = args.split
+        cfg.env.eval_split, cfg.eval.splits = args.split, []
     if args.max_tasks is not None:
         cfg.eval.max_tasks = args.max_tasks
-    if args.workers < 1 or args.trials < 1:
-        raise ConfigError(f"--workers={args.workers} and --trials={args.trials}: must be >= 1")
-    validate(cfg)  # --split and --max-tasks are config fields too
+    if not 1 <= args.workers <= MAX_EPISODES or args.trials < 1:
+        raise ConfigError(f"--workers={args.workers}, --trials={args.trials}: must be in [1, {MAX_EPISODES}], >= 1")
+    cfg.run_dir = args.out or str(Path(args.run) / "eval" if args.run else "runs/eval")
+    validate(cfg)  # --split, --max-tasks and --out are config fields too
+    return cfg
 
+
+def _eval(args: argparse.Namespace) -> int:
+    from roleagent.evaluation import format_table, panel, run_expert_episodes, split_tasks, success_by_type
+
+    cfg = _eval_config(args)
     if args.policy in ("react", "reflexion"):
         from roleagent.baselines import evaluate_baseline
 
-        memory = args.memory or str(Path(args.out) / "reflexion.sqlite")
+        memory = args.memory or str(Path(cfg.run_dir) / "reflexion.sqlite")
         splits = [cfg.env.eval_split] if args.split else None
         rows = evaluate_baseline(
             cfg, args.policy, splits=splits, workers=args.workers, trials=args.trials, memory=memory
@@ -98,26 +106,29 @@ def _eval(args: argparse.Namespace) -> int:
             )
             rows = {}
             for split in splits:
-                tasks = panel(pool.meta.tasks(split), cfg.eval.max_tasks)
+                tasks = panel(split_tasks(pool.meta, cfg.env, split), cfg.eval.max_tasks)
                 max_steps = cfg.rollout.max_steps or pool.meta.max_steps
                 trajectories = run_expert_episodes(pool, [(t, cfg.eval.seed) for t in tasks], max_steps=max_steps)
                 rows[f"expert {split}"] = success_by_type(trajectories, pool.meta.table_columns)
         print(format_table(rows, title=f"{cfg.env.name} success (%)"))
         return 0
 
-    from roleagent.trainer import Trainer
+    if args.run:  # the run's checkpoint, evaluated into the evaluation's own folder
+        from roleagent.trainer.evaluate import evaluate_checkpoint
 
-    if not args.run:
-        cfg.run_dir = args.out
-    cfg.iterations = 0
-    trainer = Trainer(cfg, resume=bool(args.run), quiet=False)
-    try:
-        trainer.evaluate(args.label)
-    finally:
-        trainer.close()
+        evals = evaluate_checkpoint(cfg, Path(args.run), args.label)
+    else:
+        from roleagent.trainer import Trainer
+
+        trainer = Trainer(cfg, resume=False, quiet=False)
+        try:
+            trainer.evaluate(args.label)
+        finally:
+            trainer.close()
+        evals = trainer.evals
     from roleagent.trainer.run_files import panel_statistics, statistics_lines
 
-    rows = {f"{e.label} {e.split}": e for e in trainer.evals if e.label == args.label}
+    rows = {f"{e.label} {e.split}": e for e in evals if e.label == args.label}
     print(format_table({row: e.table for row, e in rows.items()}, title=f"{cfg.env.name} success (%)"))
     for row, e in rows.items():  # count and 95% interval (one row per panel: nothing to pair)
         print("\n".join(statistics_lines(panel_statistics({row: e}))))
@@ -150,8 +161,8 @@ def _expert_data(args: argparse.Namespace) -> int:
     from roleagent.sft.data import write_examples
     from roleagent.sft.expert import play_expert
 
-    if args.tasks < 1 or args.workers < 1:
-        raise ConfigError("--tasks and --workers must be >= 1")
+    if args.tasks < 1 or not 1 <= args.workers <= MAX_EPISODES:
+        raise ConfigError(f"--tasks must be >= 1 and --workers in [1, {MAX_EPISODES}]")
     cfg = _sft_config(args)
     _, engine = _load_for_sft(cfg, lora=False)
     examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers)
@@ -212,7 +223,7 @@ def _report(args: argparse.Namespace) -> int:
             max_chars=args.max_chars,
         )
     except ReportError as error:
-        print(f"report error: {error}", file=sys.stderr)
+        print(f"report error: {_one_line(error)}", file=sys.stderr)
         return 2
     print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MiB)")
     return 0
@@ -271,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-tasks", type=int, help="first k tasks of the panel")
     ev.add_argument("--workers", type=int, default=4, help="environment processes (expert policy)")
     ev.add_argument("--label", default="eval", help="row label of the table")
-    ev.add_argument("--out", default="runs/eval", help="output folder for a base-model evaluation")
+    ev.add_argument("--out", help="output folder (default: RUN/eval with --run, else runs/eval); never the run's files")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.set_defaults(func=_eval)
     _add_data_parsers(sub)
@@ -339,22 +350,29 @@ def _run_dir_errors() -> tuple[type[Exception], ...]:
     return CheckpointError, RunDirBusy, MemoryDamaged
 
 
+def _one_line(error: Exception) -> str:
+    """An error's message on one line, its control characters escaped (it may quote a file or a server)."""
+    from roleagent.terminal import printable
+
+    return printable(" ".join(str(error).split()), lines=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as error:
-        print(f"config error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
+        print(f"config error: {_one_line(error)}", file=sys.stderr)  # one line
         return 2
     except Exception as error:
         from roleagent.sft.data import SFTDataError
 
         if isinstance(error, SFTDataError):
-            print(f"data error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
+            print(f"data error: {_one_line(error)}", file=sys.stderr)  # one line
             return 2
         if not isinstance(error, _run_dir_errors()):
             raise
-        print(f"run directory error: {' '.join(str(error).split())}", file=sys.stderr)  # one line
+        print(f"run directory error: {_one_line(error)}", file=sys.stderr)  # one line
         return 3
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last checkpoint", file=sys.stderr)

@@ -372,6 +372,10 @@ def validate(cfg: TrainConfig) -> None:
     check_model_name(cfg.model.name)
     if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data:
         raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
+    if cfg.sft.enabled and cfg.sft.predictor and not (cfg.wia.enabled and cfg.sft.expert_tasks > 0):
+        raise ConfigError(
+            "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
+        )
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
     episodes = r.tasks_per_iter * r.group_size

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from roleagent.envs.workers import EnvPool
+from roleagent.terminal import printable
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -32,8 +33,19 @@ def panel(tasks: list[Task], max_tasks: int = 0) -> list[Task]:
 
 def split_tasks(env, env_cfg, split: str) -> list[Task]:
     """The tasks of ``split`` in order; the training split restricted to
-    ``env.train_tasks`` (those ids, in that order) when it is set."""
-    tasks = env.tasks(split)
+    ``env.train_tasks`` (those ids, in that order) when it is set. A split the environment
+    does not have is a :class:`~roleagent.fields.ConfigError` naming the ones it has."""
+    try:
+        tasks = env.tasks(split)
+    except (KeyError, ValueError) as error:
+        if split in env.splits():
+            raise
+        from roleagent.fields import ConfigError
+
+        key = "env.train_split" if split == env_cfg.train_split else "env.eval_split (or eval.splits, --split)"
+        raise ConfigError(
+            f"{key}={split!r}: {env_cfg.name} has no such split; its splits: {', '.join(env.splits())} ({error})"
+        ) from None
     if split != env_cfg.train_split or not env_cfg.train_tasks:
         return tasks
     by_id = {t.id: t for t in tasks}
@@ -173,8 +185,11 @@ def format_table(
     """
     if columns is None:  # first-seen order, "All" last
         columns = list(dict.fromkeys(c for row in rows.values() for c in row if c != "All")) + ["All"]
-    header = [title] + list(columns)
-    body = [[label] + [f"{row[c]:.{digits}f}" if c in row else "-" for c in columns] for label, row in rows.items()]
+    header = [printable(name, lines=False) for name in [title, *columns]]  # task types are the env's text
+    body = [
+        [printable(label, lines=False)] + [f"{row[c]:.{digits}f}" if c in row else "-" for c in columns]
+        for label, row in rows.items()
+    ]
     if fmt == "tsv":
         return "\n".join("\t".join(r) for r in [header] + body)
     if fmt == "markdown":
@@ -184,9 +199,9 @@ def format_table(
         return "\n".join([line(header), sep] + [line(r) for r in body])
     if fmt != "text":
         raise ValueError(f"unknown table format {fmt!r}; choose 'text', 'markdown' or 'tsv'")
-    label_width = max([len(title)] + [len(label) for label in rows])
-    widths = [max(6, len(c)) for c in columns]
-    lines = [title.ljust(label_width) + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    label_width = max(len(r[0]) for r in [header] + body)
+    widths = [max(6, len(c)) for c in header[1:]]
+    lines = [header[0].ljust(label_width) + "  " + "  ".join(c.rjust(w) for c, w in zip(header[1:], widths))]
     for cells in body:
         lines.append(cells[0].ljust(label_width) + "  " + "  ".join(c.rjust(w) for c, w in zip(cells[1:], widths)))
     return "\n".join(lines)

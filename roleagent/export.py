@@ -23,12 +23,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-import yaml
-
-from roleagent.config import TrainConfig, from_dict
-from roleagent.config_rules import upgrade_legacy
+from roleagent.config import TrainConfig
 from roleagent.models.loading import embedded_model_dir, policy_from_config
-from roleagent.trainer.checkpoint import CheckpointError, apply_weights, read_checkpoint
+from roleagent.run_config import load_run_config, resolve_recorded
+from roleagent.trainer.checkpoint import CheckpointError, apply_weights, pointer_name, read_checkpoint
 
 INFO = "roleagent_export.json"
 
@@ -40,7 +38,8 @@ def find_run_checkpoint(run_dir: Path, checkpoint: str = "latest") -> Path:
         pointer = root / "latest"
         if not pointer.is_file():
             raise CheckpointError(f"{run_dir}: no checkpoints/latest (has this run saved a checkpoint?)")
-        checkpoint = pointer.read_text().strip()
+        if not (checkpoint := pointer_name(pointer)):
+            raise CheckpointError(f"{pointer} does not name a checkpoint (damaged): name one with --checkpoint")
     path = root / checkpoint if (root / checkpoint).is_dir() else Path(checkpoint)
     if not path.is_dir():
         names = sorted(p.name for p in root.glob("iter_*")) if root.is_dir() else []
@@ -49,11 +48,12 @@ def find_run_checkpoint(run_dir: Path, checkpoint: str = "latest") -> Path:
 
 
 def run_config(run_dir: Path) -> TrainConfig:
-    """The config the run recorded (``run_dir/config.yaml``)."""
+    """The config the run recorded (``run_dir/config.yaml``), ``run_dir`` its run folder
+    (:func:`roleagent.run_config.load_run_config`, unchecked: an export needs no environment)."""
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: not a roleagent run directory")
-    return from_dict(TrainConfig, upgrade_legacy(yaml.safe_load(path.read_text()) or {}))
+    return load_run_config(run_dir, check=False)
 
 
 def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "latest", merge_lora: bool = False) -> Path:
@@ -64,7 +64,7 @@ def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "lates
     cfg = run_config(run_dir)
     lora = cfg.model.lora_rank > 0
     loaded = read_checkpoint(find_run_checkpoint(run_dir, checkpoint), lora=lora)
-    init_from = loaded.state.get("init_from", "")
+    init_from = resolve_recorded(loaded.state.get("init_from", ""), run_dir)  # stored relative to the run
     model_cfg = dataclasses.replace(cfg.model, device="cpu")
     policy = policy_from_config(model_cfg, seed=cfg.seed, init_from=init_from)
     apply_weights(loaded, policy)

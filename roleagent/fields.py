@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 
 
@@ -44,4 +45,31 @@ def one_of(*options: str) -> Rule:
     return (lambda v: v in options), "one of " + " | ".join(options)
 
 
+#: The most episodes one iteration may play (``rollout.tasks_per_iter * rollout.group_size``):
+#: each has its own environment slot, a worker process with ``env.processes``.
+MAX_EPISODES = 4096
+#: The largest value of any other count (steps, tokens, tasks, epochs): beyond it, a typo.
+MAX_COUNT = 2**24
+
+
+def count(low: int, high: int = MAX_COUNT) -> Rule:
+    """An integer count in ``[low, high]``: a bound that catches ``1e11`` before it allocates."""
+    return within(low, high)
+
+
+def check_episodes(rollout: Any) -> None:
+    """The episodes of an iteration fit :data:`MAX_EPISODES` (a ``RolloutConfig``)."""
+    episodes = rollout.tasks_per_iter * rollout.group_size
+    if episodes > MAX_EPISODES:
+        raise ConfigError(
+            f"rollout.tasks_per_iter * rollout.group_size = {episodes} episodes per iteration, more than "
+            f"{MAX_EPISODES}: each episode is an environment slot (a worker process with env.processes)"
+        )
+
+
 NONEMPTY: Rule = (lambda v: bool(str(v).strip())), "a non-empty string"
+#: A folder to write into: a non-empty path that is not a file and has no file on its way.
+FOLDER: Rule = (
+    lambda v: bool(v.strip()) and not any(p.is_file() for p in (Path(v).expanduser(), *Path(v).expanduser().parents)),
+    "a folder path (not a file, nor inside one)",
+)

@@ -7,6 +7,13 @@ import json
 import sqlite3
 from pathlib import Path
 
+from roleagent.terminal import printable
+
+
+def _show(text: str = "") -> None:
+    """Print model or environment text with its control characters escaped."""
+    print(printable(text))
+
 
 def _load(path: Path) -> list[dict]:
     with path.open() as f:
@@ -24,23 +31,23 @@ def view_run(
 ) -> int:
     rollouts = run / "rollouts"
     if not rollouts.exists():
-        print(f"{run} has no rollouts/ folder: is it a run directory?")
+        _show(f"{run} has no rollouts/ folder: is it a run directory?")
         return 2
     if memory:
         return _view_memory(run)
     if file is None:
-        print(f"run {run}")
+        _show(f"run {run}")
         if (run / "eval_table.txt").exists():
-            print((run / "eval_table.txt").read_text())
+            _show((run / "eval_table.txt").read_text())
         for path in sorted(rollouts.glob("*.jsonl")):
             records = _load(path)
             success = sum(r["success"] for r in records)
-            print(f"  {path.stem:20s} {len(records):4d} trajectories, {success} successful")
-        print("show one file with --file NAME, one trajectory with --index K, a task's rollouts with --group TASK_ID")
+            _show(f"  {path.stem:20s} {len(records):4d} trajectories, {success} successful")
+        _show("show one file with --file NAME, one trajectory with --index K, a task's rollouts with --group TASK_ID")
         return 0
     path = rollouts / f"{Path(file).stem}.jsonl"
     if not path.exists():
-        print(f"no rollout file {path}")
+        _show(f"no rollout file {path}")
         return 2
     records = list(enumerate(_load(path)))
     if task:
@@ -50,13 +57,14 @@ def view_run(
     if index is not None:
         matches = [r for i, r in records if i == index]
         if not matches:
-            print(f"no trajectory {index} in {path.name} (after filters)")
+            _show(f"no trajectory {index} in {path.name} (after filters)")
             return 2
         _print_trajectory(index, matches[0])
         return 0
     for i, r in records:
         status = "OK  " if r["success"] else ("CRASH" if r.get("crashed") else "fail")
-        print(f"{i:4d} {status} {r['task_id']:45s} steps={len(r['steps']):3d} return={r['return']:.2f}")
+        task_id = printable(r["task_id"], lines=False)
+        _show(f"{i:4d} {status} {task_id:45s} steps={len(r['steps']):3d} return={r['return']:.2f}")
     return 0
 
 
@@ -67,22 +75,22 @@ def view_group(run: Path, task_id: str, *, file: str | None = None, width: int =
     rollouts = run / "rollouts"
     files = sorted(rollouts.glob("iter_*.jsonl")) if file is None else [rollouts / f"{Path(file).stem}.jsonl"]
     if not files or not files[-1].exists():
-        print(f"no rollout file {files[-1] if files else rollouts / 'iter_*.jsonl'}")
+        _show(f"no rollout file {files[-1] if files else rollouts / 'iter_*.jsonl'}")
         return 2
     if width < 12:
-        print(f"--width={width}: must be >= 12")
+        _show(f"--width={width}: must be >= 12")
         return 2
     records = [(i, r) for i, r in enumerate(_load(files[-1])) if r["task_id"] == task_id]
     if not records:
         tasks = sorted({r["task_id"] for r in _load(files[-1])})
-        print(f"no rollouts of task {task_id!r} in {files[-1].name}; its tasks: {', '.join(tasks)}")
+        _show(f"no rollouts of task {task_id!r} in {files[-1].name}; its tasks: {', '.join(tasks)}")
         return 2
     by_seed: dict = {}
     for i, r in records:
         by_seed.setdefault(r.get("seed"), []).append((i, r))
     for seed, group in by_seed.items():
-        print(f"{task_id} in {files[-1].name}, seed {seed}: {len(group)} rollouts")
-        print("\n".join(group_lines(group, width)))
+        _show(f"{task_id} in {files[-1].name}, seed {seed}: {len(group)} rollouts")
+        _show("\n".join(group_lines(group, width)))
     return 0
 
 
@@ -102,7 +110,7 @@ def _cell_lines(step: dict, width: int) -> list[str]:
     scores = step.get("extras", {}).get("wia", {}).get("scores", [])
     if scores:
         lines.append("pred score " + " ".join("nan" if x is None or x != x else f"{x:.2f}" for x in scores))
-    return [line.replace("\n", " ")[:width] for line in lines]
+    return [printable(line.replace("\n", " "), lines=False)[:width] for line in lines]
 
 
 def group_lines(group: list[tuple[int, dict]], width: int) -> list[str]:
@@ -120,7 +128,7 @@ def group_lines(group: list[tuple[int, dict]], width: int) -> list[str]:
         for (_, r), turn_labels in zip(group, labels):
             cell = _cell_lines(r["steps"][t], width) if t < len(r["steps"]) else []
             if t < len(turn_labels):
-                cell.append(f"SEAL {turn_labels[t]}"[:width])
+                cell.append(printable(f"SEAL {turn_labels[t]}", lines=False)[:width])
             cells.append(cell)
         rows.append("-" * ((width + 3) * len(group) - 3) + f" t={t}")
         for k in range(max(len(c) for c in cells)):
@@ -132,48 +140,48 @@ def group_lines(group: list[tuple[int, dict]], width: int) -> list[str]:
 
 
 def _print_trajectory(index: int, r: dict) -> None:
-    print(f"#{index} {r['task_id']} seed={r['seed']} success={r['success']} return={r['return']:.2f}")
+    _show(f"#{index} {r['task_id']} seed={r['seed']} success={r['success']} return={r['return']:.2f}")
     for t, step in enumerate(r["steps"]):
-        print(f"\n--- step {t} (reward {step['reward']:+.2f}{'' if step['valid'] else ', INVALID'})")
-        print(f"observation: {step['observation']}")
-        print(f"generated:   {step['action_text']!r}")
-        print(f"action:      {step['action']}")
+        _show(f"\n--- step {t} (reward {step['reward']:+.2f}{'' if step['valid'] else ', INVALID'})")
+        _show(f"observation: {step['observation']}")
+        _show(f"generated:   {step['action_text']!r}")
+        _show(f"action:      {step['action']}")
         _print_records(step.get("extras", {}))
-    print(f"\nfinal observation: {r.get('final_observation', '')}")
+    _show(f"\nfinal observation: {r.get('final_observation', '')}")
     if r.get("extras"):
-        print(f"methods: {r['extras']}")
+        _show(f"methods: {r['extras']}")
     if r.get("diagnosis"):
-        print(f"diagnosis: {r['diagnosis']}")
+        _show(f"diagnosis: {r['diagnosis']}")
 
 
 def _print_records(extras: dict) -> None:
     """What the algorithm and the methods recorded for a step (``Step.extras``)."""
     algo = extras.get("algo")
     if algo:
-        print(
+        _show(
             "advantage:   " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in algo.items())
         )
     wia = extras.get("wia", {})
     for h, (pred, score) in enumerate(zip(wia.get("predictions", []), wia.get("scores", []))):
-        print(f"predicted s+{h + 1}: {pred!r} (LMS {score})")
+        _show(f"predicted s+{h + 1}: {pred!r} (LMS {score})")
     for name, record in extras.items():
         if name not in ("algo", "wia"):
-            print(f"{name}: {record}")
+            _show(f"{name}: {record}")
 
 
 def _view_memory(run: Path) -> int:
     db = run / "failure_memory.sqlite"
     if not db.exists():
-        print(f"{run} has no failure memory (Agent-In-World was off)")
+        _show(f"{run} has no failure memory (Agent-In-World was off)")
         return 0
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
             rows = conn.execute(f"SELECT * FROM {table} LIMIT 50").fetchall()  # names come from sqlite_master
             columns = [d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description]
-            print(f"== {table} ({len(rows)} shown)")
+            _show(f"== {table} ({len(rows)} shown)")
             for row in rows:
-                print("  " + " | ".join(f"{c}={str(v)[:60]}" for c, v in zip(columns, row)))
+                _show("  " + " | ".join(f"{c}={printable(str(v)[:60], lines=False)}" for c, v in zip(columns, row)))
     return 0
 
 
@@ -193,10 +201,10 @@ def view_trees(path: Path) -> int:
         try:
             tree = Tree.from_json(json.loads(file.read_text()))
         except (OSError, ValueError) as error:
-            print(f"{file}: {error}")
+            _show(f"{file}: {error}")
             return 2
         leaves = tree.leaf_paths()
-        print(
+        _show(
             f"{tree.task.id} seed={tree.seed}: {len(tree.nodes)} nodes, {len(leaves)} terminal leaves, "
             f"{tree.iterations} iterations" + (f", stopped: {tree.error}" if tree.error else "")
         )
@@ -204,8 +212,12 @@ def view_trees(path: Path) -> int:
         while stack:
             node = tree.nodes[stack.pop()]
             flags = ("T" if node.terminal else "-") + ("D" if node.disaster else "-")
-            label = repr(node.observation[:60]) if node.parent is None else node.action or f"(invalid) {node.text!r}"
-            print(
+            label = (
+                repr(node.observation[:60])
+                if node.parent is None
+                else printable(node.action or f"(invalid) {node.text!r}", lines=False)
+            )
+            _show(
                 f"{'  ' * node.depth}[{node.index}] d={node.depth} N={node.visits} Q={node.value:.3f} "
                 f"r={node.reward:+.2f} s={node.score:.2f} {flags} {label}"
             )

@@ -23,26 +23,31 @@ Two modes (``model.server.mode``):
 
 Stop strings are applied here, not by the server (servers differ in whether a stop
 string stays in the text and its tokens in the ids): a row stops after the first token
-whose decoded text (after leading whitespace) contains one, exactly as
-:class:`roleagent.engine.hf.HFEngine` does, and later tokens are dropped.
+whose decoded text (the last 24 tokens', after leading whitespace) contains one, exactly
+as :class:`roleagent.engine.hf.HFEngine` does, and later tokens are dropped.
 
 Constrained decoding (``allowed=``) is not supported: it raises :class:`EngineError`
 (``rollout.constrain_actions`` with this engine is a config error). Requests run
 concurrently (``server.concurrency``); each has a timeout and a bounded number of
 retries on connection errors, timeouts and HTTP 5xx/429; then :class:`EngineError` says
 which server could not be reached and how to start one.
+
+A misbehaving server (:mod:`roleagent.engine.openai_http`): ``timeout_s`` bounds a whole
+request, not each read; a redirect is refused, never followed (the API key would go with
+it); a reply is capped in bytes and in tokens (no more than ``max_tokens``); a reply of
+another shape (not UTF-8, not a JSON object, ids that are not the tokenizer's, log-probs
+that are not finite and <= 0) raises :class:`EngineError`.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
 import random
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,13 +55,27 @@ from typing import Any
 
 from roleagent.engine.base import Allowed, Generation, SamplingParams
 from roleagent.engine.chat import encode_chat
+from roleagent.engine.openai_http import (
+    MAX_TOKEN_ID,
+    EngineError,
+    MissingTokens,
+    TooSlow,
+    chat_text,
+    error_detail,
+    exchange,
+    first_choice,
+    json_reply,
+    reply_limit,
+    reply_tokens,
+)
 from roleagent.fields import _f
 
 MODES = ("auto", "tokens", "text")
-
-
-class EngineError(RuntimeError):
-    """The server cannot be used: unreachable, too slow, or an unusable reply."""
+__all__ = ["EngineError", "MissingTokens", "OpenAIEngine", "ServerConfig", "reply_tokens", "stop_index", "stop_text"]
+#: tokens of the reply text the stop strings are looked for in (HFEngine._hit_stop's window)
+STOP_WINDOW = 24
+#: characters a text-mode reply may have per requested token (no token is that long)
+MAX_CHARS_PER_TOKEN = 64
 
 
 @dataclass
@@ -69,7 +88,7 @@ class ServerConfig:
         "tokens (/v1/completions on token-id prompts: ids and log-probs from the server) | text "
         "(/v1/chat/completions: text only, evaluation only) | auto (tokens, else text)",
     )
-    timeout_s: float = _f(120.0, "seconds one request may take before it is retried")
+    timeout_s: float = _f(120.0, "seconds one request may take in all (connecting to the last byte) before a retry")
     retries: int = _f(2, "retries of a request after a connection error, timeout or HTTP 5xx/429")
     concurrency: int = _f(8, "requests in flight at once")
 
@@ -84,6 +103,7 @@ class OpenAIEngine:
             raise EngineError(f"model.server.mode={server.mode!r}: choose one of {', '.join(MODES)}")
         self.server = server
         self.tokenizer = policy.tokenizer
+        self._vocab = _vocab_size(policy.tokenizer)  # a token id at or past it is not this model's
         self.max_batch = max_batch
         self.max_prompt_tokens = max_prompt_tokens
         self.generated_tokens = 0
@@ -103,34 +123,38 @@ class OpenAIEngine:
 
     # ------------------------------------------------------------------ HTTP ---------
 
-    def _request(self, path: str, body: dict | None = None) -> dict:
-        """JSON reply of GET (``body`` None) or POST ``path``; retried on transient errors."""
+    def _request(self, path: str, body: dict | None = None, max_tokens: int = 0) -> dict:
+        """JSON reply of GET (``body`` None) or POST ``path``; retried on transient errors.
+        The whole request is bounded by ``timeout_s``, its reply by :func:`reply_limit`;
+        a redirect is refused (the API key would follow it)."""
         url = self.server.base_url.rstrip("/") + path
         data = None if body is None else json.dumps(body).encode()
         error: str = ""
         for attempt in range(self.server.retries + 1):
             if attempt:
                 time.sleep(min(0.5 * 2 ** (attempt - 1), 4.0))
-            request = urllib.request.Request(
-                url, data=data, headers=self._headers, method="GET" if data is None else "POST"
-            )
             try:
-                with urllib.request.urlopen(request, timeout=self.server.timeout_s) as reply:
-                    return json.loads(reply.read().decode())
-            except urllib.error.HTTPError as http:
-                detail = http.read().decode(errors="replace")[:300]
-                if http.code not in (429, 500, 502, 503, 504):
-                    raise ServerRefused(http.code, f"{url}: HTTP {http.code}: {detail}") from None
-                error = f"HTTP {http.code}: {detail}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as failure:
-                reason = getattr(failure, "reason", failure)
-                error = (
-                    f"no reply within {self.server.timeout_s:g} s" if isinstance(reason, TimeoutError) else str(reason)
+                code, headers, reply = exchange(
+                    url, data, self._headers, self.server.timeout_s, reply_limit(max_tokens)
                 )
-            except json.JSONDecodeError:
+            except TooSlow:
+                error = f"no reply within {self.server.timeout_s:g} s"
+                continue
+            except (OSError, http.client.HTTPException) as failure:
+                error = str(failure) or type(failure).__name__
+                continue
+            if 300 <= code < 400:
+                where = error_detail((headers.get("Location") or headers.get("location") or "?").encode())
                 raise EngineError(
-                    f"{url}: the reply is not JSON: is model.server.base_url an OpenAI API root?"
-                ) from None
+                    f"{url}: HTTP {code} redirects to {where}; redirects are not followed (the API key would go "
+                    "along): set model.server.base_url to the address that answers"
+                )
+            if code in (429, 500, 502, 503, 504):
+                error = f"HTTP {code}: {error_detail(reply)}"
+                continue
+            if code >= 400 or code < 200:
+                raise ServerRefused(code, f"{url}: HTTP {code}: {error_detail(reply)}")
+            return json_reply(reply, url)
         raise EngineError(
             f"cannot use the OpenAI-compatible server at {self.server.base_url} ({self.server.retries + 1} tries): "
             f"{error}. Start one (e.g. `vllm serve MODEL --port 8000`, `llama-server -m MODEL.gguf --port 8000`) "
@@ -139,7 +163,7 @@ class OpenAIEngine:
 
     def _first_model(self) -> str:
         models = self._request("/models").get("data") or []
-        if not models or "id" not in models[0]:
+        if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
             raise EngineError(f"{self.server.base_url}/models lists no model: set model.server.model")
         return str(models[0]["id"])
 
@@ -209,14 +233,18 @@ class OpenAIEngine:
     def _by_tokens(self, prompt: list[int], seed: int, params: SamplingParams) -> Generation:
         body = {"model": self.model, "prompt": list(prompt), "logprobs": 1, **self._sampling(params, seed)}
         try:
-            reply = self._request("/completions", {**body, **self._token_fields})
+            reply = self._request("/completions", {**body, **self._token_fields}, params.max_new_tokens)
         except ServerRefused:
             if not self._token_fields:
                 raise
             self._token_fields = {}  # a strict server refuses vLLM's fields: ask without them
-            reply = self._request("/completions", body)
-        choice = self._choice(reply)
-        ids, logprobs = reply_tokens(choice)
+            reply = self._request("/completions", body, params.max_new_tokens)
+        choice = first_choice(reply, self.server.base_url)
+        ids, logprobs = reply_tokens(choice, self._vocab)
+        if len(ids) > params.max_new_tokens:
+            raise EngineError(
+                f"{self.server.base_url}: {len(ids)} tokens for max_tokens={params.max_new_tokens}: a reply longer than asked"
+            )
         keep = stop_index(self.tokenizer, ids, params.stop)
         cut = keep is not None
         ids, logprobs = (ids[:keep], logprobs[:keep]) if cut else (ids, logprobs)
@@ -230,8 +258,13 @@ class OpenAIEngine:
             raise EngineError("text mode needs prompts built by this engine's encode_chat/extend_chat")
         messages, prefix = known
         body = {"model": self.model, "messages": messages, **self._sampling(params, seed)}
-        choice = self._choice(self._request("/chat/completions", body))
-        text = ((choice.get("message") or {}).get("content") or "").lstrip()
+        choice = first_choice(self._request("/chat/completions", body, params.max_new_tokens), self.server.base_url)
+        text = chat_text(choice).lstrip()
+        if len(text) > MAX_CHARS_PER_TOKEN * params.max_new_tokens + 1024:
+            raise EngineError(
+                f"{self.server.base_url}: {len(text)} characters for max_tokens={params.max_new_tokens}: "
+                "a reply longer than asked"
+            )
         text = text[len(prefix) :] if prefix and text.startswith(prefix) else text
         cut = stop_text(text, params.stop)
         text = text if cut is None else text[:cut]
@@ -240,12 +273,6 @@ class OpenAIEngine:
         return Generation(
             prompt_ids=list(prompt), ids=ids, logprobs=[math.nan] * len(ids), text=text, truncated=truncated
         )
-
-    def _choice(self, reply: dict) -> dict:
-        choices = reply.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
-            raise EngineError(f"{self.server.base_url}: a reply without choices: {str(reply)[:200]}")
-        return choices[0]
 
     # -------------------------------------------------------------- the rest ---------
 
@@ -273,46 +300,24 @@ class ServerRefused(EngineError):
         self.code = code
 
 
-class MissingTokens(EngineError):
-    """A completion reply without token ids or log-probs (a text-only server)."""
-
-
-def reply_tokens(choice: dict) -> tuple[list[int], list[float]]:
-    """Generated ids and log-probs of one ``/v1/completions`` choice (module docstring).
-
-    >>> reply_tokens({"logprobs": {"content": [{"id": 7, "logprob": -0.5}, {"id": 2, "logprob": -1.0}]}})
-    ([7, 2], [-0.5, -1.0])
-    >>> reply_tokens({"token_ids": [7, 2], "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-0.5, -1.0]}})
-    ([7, 2], [-0.5, -1.0])
-    >>> reply_tokens({"logprobs": {"tokens": ["token_id:7", "token_id:2"], "token_logprobs": [-0.5, -1.0]}})
-    ([7, 2], [-0.5, -1.0])
-    """
-    logprobs = choice.get("logprobs") or {}
-    content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if content:  # llama.cpp
-        ids = [e.get("id") for e in content]
-        values = [e.get("logprob") for e in content]
-    else:
-        values = list(logprobs.get("token_logprobs") or []) if isinstance(logprobs, dict) else []
-        ids = choice.get("token_ids")
-        if ids is None:
-            tokens = logprobs.get("tokens") or [] if isinstance(logprobs, dict) else []
-            ids = [int(t[9:]) if isinstance(t, str) and t.startswith("token_id:") else None for t in tokens]
-    text = str(choice.get("text", ""))
-    if (not ids and text) or any(not isinstance(i, int) for i in ids) or len(values) != len(ids):
-        raise MissingTokens("the server's completion reply has no token ids with log-probs")
-    if any(not isinstance(v, (int, float)) for v in values):
-        raise MissingTokens("the server's completion reply has tokens without log-probs")
-    return list(ids), [float(v) for v in values]
+def _vocab_size(tokenizer) -> int:
+    """Ids the tokenizer knows (added tokens included); a tokenizer that does not say: any int32."""
+    try:
+        return max(int(len(tokenizer)), int(getattr(tokenizer, "vocab_size", 0) or 0))
+    except TypeError:
+        return MAX_TOKEN_ID + 1
 
 
 def stop_index(tokenizer, ids: list[int], stop: tuple[str, ...]) -> int | None:
-    """Tokens to keep: up to and including the first whose text completes a stop string
-    (leading whitespace ignored, as the HF engine's ``_hit_stop``); None if none does."""
+    """Tokens to keep: up to and including the first whose text completes a stop string,
+    None if none does. As the HF engine's ``_hit_stop``: the text of the last
+    :data:`STOP_WINDOW` tokens, leading whitespace ignored while the row is shorter; each
+    token decodes at most that many, so the scan is linear in the reply's length."""
     if not stop:
         return None
     for n in range(1, len(ids) + 1):
-        if stop_text(tokenizer.decode(ids[:n], skip_special_tokens=True), stop) is not None:
+        text = tokenizer.decode(ids[max(0, n - STOP_WINDOW) : n], skip_special_tokens=True)
+        if any(s in (text.lstrip() if n <= STOP_WINDOW else text) for s in stop):
             return n
     return None
 

@@ -18,6 +18,17 @@ class SFTConfig:
         100, "training-split tasks the environment's expert plays once each; its successful episodes are the data"
     )
     data: str = _f("", "a JSONL file of chat examples (roleagent.sft.data) used besides the expert's; '' = none")
+    predictor: bool = _f(
+        False,
+        "also warm-start the World-In-Agent predictor (roleagent.sft.predictor): every step of the expert's "
+        "episodes becomes one more example, the rollout's prediction prompt (wia.prompt, the horizon H) "
+        "with the environment's real next H observations as target; needs wia.enabled",
+    )
+    predictor_eval_tasks: int = _f(
+        8,
+        "sft.predictor: further training games the expert plays (never SFT data, never a panel game) whose "
+        "transitions measure the predictor before and after SFT (wia_predictor/* metrics); 0 = no measurement",
+    )
     epochs: int = _f(3, "passes over the SFT examples")
     lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = _f("constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)")

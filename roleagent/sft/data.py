@@ -10,6 +10,11 @@ One JSONL line is one example::
 
 and, optionally, ``"eos": true`` (default false).
 
+An assistant message may carry its own ``"prefix"``, which replaces ``response_prefix``
+for that turn: a chat in which the model answers in two formats, as the World-In-Agent
+prediction example (``roleagent.sft.predictor``), whose action turn starts with
+``<action>`` and whose prediction turn, in the same chat, starts with ``<state1>``.
+
 Roles are ``system``, ``user``, ``assistant`` and ``tool``. ``loss`` (default false) may
 only be set on assistant messages. Every assistant message is a whole assistant turn and
 starts with ``response_prefix``; the prefix belongs to the prompt (in rollouts the engine
@@ -122,9 +127,12 @@ def check_example(data: Any, where: str = "example") -> ChatExample:
         raise fail("messages must be a non-empty list")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or set(m) - {"role", "content", "loss"}:
-            raise fail(f"message {i} must be an object with role, content and optionally loss")
+        if not isinstance(m, dict) or set(m) - {"role", "content", "loss", "prefix"}:
+            raise fail(f"message {i} must be an object with role, content and optionally loss and prefix")
         role, content, loss = m.get("role"), m.get("content"), m.get("loss", False)
+        own = m.get("prefix", prefix)
+        if not isinstance(own, str) or ("prefix" in m and role != "assistant"):
+            raise fail(f"message {i}: prefix must be a string, on an assistant message")
         if role not in ROLES:
             raise fail(f"message {i}: role {role!r} is not one of {', '.join(ROLES)}")
         if not isinstance(content, str):
@@ -133,9 +141,11 @@ def check_example(data: Any, where: str = "example") -> ChatExample:
             raise fail(f"message {i}: loss must be true or false")
         if loss and role != "assistant":
             raise fail(f"message {i}: loss is only allowed on assistant messages, not {role}")
-        if role == "assistant" and not content.startswith(prefix):
-            raise fail(f"message {i}: an assistant message must start with response_prefix {prefix!r}")
-        out.append({"role": role, "content": content, **({"loss": loss} if role == "assistant" else {})})
+        if role == "assistant" and not content.startswith(own):
+            what = "its prefix" if "prefix" in m else "response_prefix"
+            raise fail(f"message {i}: an assistant message must start with {what} {own!r}")
+        kept = {"loss": loss, **({"prefix": own} if "prefix" in m else {})} if role == "assistant" else {}
+        out.append({"role": role, "content": content, **kept})
     if not any(m.get("loss") for m in out):
         raise fail("no assistant message has loss: true (nothing to train)")
     if out[0]["role"] == "assistant":
@@ -188,7 +198,6 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
     """The example's training sequence, encoded as rollouts encode their prompts (module
     docstring). Raises :class:`SFTDataError` when a continuation exceeds the engine's
     ``max_prompt_tokens``, or when ``eos`` is set and the tokenizer has no EOS token."""
-    prefix = example.response_prefix
     end = _end_of_turn(engine) if example.eos else []
     prompt: list[int] | None = None
     target: list[int] = []
@@ -199,6 +208,7 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
         if m["role"] != "assistant":
             between.append({"role": m["role"], "content": m["content"]})
             continue
+        prefix = m.get("prefix", example.response_prefix)
         if prompt is None:
             prompt = engine.encode_chat(between, response_prefix=prefix)
         else:

@@ -34,6 +34,15 @@ def expert_trajectories(
 def play_expert(cfg, engine, n_tasks: int, *, workers: int = 4) -> tuple[list[ChatExample], dict[str, int]]:
     """Chat examples of the expert on ``n_tasks`` training tasks of ``cfg``'s environment
     (never a task of ``cfg``'s evaluation panels), prompted as ``cfg.rollout`` prompts."""
+    return expert_examples(play_expert_trajectories(cfg, engine, n_tasks, workers=workers)[0])
+
+
+def play_expert_trajectories(
+    cfg, engine, n_tasks: int, *, workers: int = 4
+) -> tuple[list[Trajectory], RolloutSettings]:
+    """:func:`play_expert`'s episodes, one per task, in :func:`expert_tasks`' order (so the
+    first ``n`` of ``n + k`` tasks are the ``n`` that ``n_tasks=n`` plays), and the
+    rollout settings they were played with."""
     from roleagent.envs.workers import EnvPool
     from roleagent.evaluation import eval_splits, panel
 
@@ -43,12 +52,17 @@ def play_expert(cfg, engine, n_tasks: int, *, workers: int = 4) -> tuple[list[Ch
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         tasks = expert_tasks(meta.tasks(e.train_split), n_tasks, seed=cfg.seed, exclude=exclude)
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
-        return expert_examples(expert_trajectories(engine, pool, tasks, settings, seed=cfg.seed))
+        return expert_trajectories(engine, pool, tasks, settings, seed=cfg.seed), settings
+
+
+def solved(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The successful, uncrashed episodes whose every step had an expert action."""
+    return [t for t in trajectories if t.success and not t.crashed and all(s.valid for s in t.steps)]
 
 
 def expert_examples(trajectories: list[Trajectory]) -> tuple[list[ChatExample], dict[str, int]]:
-    """Chat examples of the successful, uncrashed episodes whose every step had an expert
-    action, and counts {"episodes", "successes", "examples"}."""
-    good = [t for t in trajectories if t.success and not t.crashed and all(s.valid for s in t.steps)]
+    """Chat examples of the :func:`solved` episodes, and counts {"episodes", "successes",
+    "examples"}."""
+    good = solved(trajectories)
     examples = [e for t in good for e in trajectory_examples(t)]
     return examples, {"episodes": len(trajectories), "successes": len(good), "examples": len(examples)}

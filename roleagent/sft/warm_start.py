@@ -4,7 +4,11 @@
 2. let the environment's expert play ``sft.expert_tasks`` training tasks through the
    rollout code (``roleagent.sft.expert``; never a task of an evaluation panel), keep
    the successful episodes as chat examples (``run_dir/sft/expert.jsonl``), add
-   ``sft.data``;
+   ``sft.data``; with ``sft.predictor`` also the World-In-Agent predictor's examples of
+   the same episodes (``predictor.jsonl``, ``roleagent.sft.predictor``), and the expert
+   plays ``sft.predictor_eval_tasks`` more training games whose transitions
+   (``predictor_valid.jsonl``) measure the predictor before and after SFT
+   (``wia_predictor/*`` records of ``metrics.jsonl``, kept in ``predictor_evals.json``);
 3. fine-tune a copy of the base (LoRA of rank ``model.lora_rank``, or all weights) into
    ``run_dir/sft`` (``roleagent.sft.train``, resumable per epoch);
 4. put the fine-tuned weights under the RL policy's fresh adapters, so the KL reference
@@ -25,8 +29,11 @@ from pathlib import Path
 
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
 from roleagent.sft.data import encode_example, read_examples, write_examples
-from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories
+from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
+from roleagent.sft.predictor import encode_predictor, predictor_competence, predictor_examples, summary
 from roleagent.sft.train import final_dir, is_finished, train_sft
+
+PREDICTOR_TRAIN, PREDICTOR_VALID, PREDICTOR_EVALS = "predictor.jsonl", "predictor_valid.jsonl", "predictor_evals.json"
 
 
 def sft_dir(cfg) -> Path:
@@ -51,6 +58,8 @@ def warm_start(trainer) -> None:
             _warn("the policy already holds the SFT weights: no 'base' evaluation to restore")
         else:
             _evaluate(trainer, "base", out)
+    if not (trainer.init_from == final and "base" not in _saved(out, PREDICTOR_EVALS)):
+        _measure_predictor(trainer, "base", out)
     if not is_finished(out):
         run_sft(trainer, out)
     if trainer.init_from != final:
@@ -62,42 +71,103 @@ def warm_start(trainer) -> None:
         trainer.reset_objective()  # its KL reference and optimizer belong to the new weights
     if cfg.eval.at_start:
         _evaluate(trainer, "sft", out)
+    _measure_predictor(trainer, "sft", out)
 
 
 def collect_examples(trainer, out: Path) -> list:
-    """The expert's examples (played once, kept in ``out/expert.jsonl``) and ``sft.data``'s."""
+    """The expert's examples (played once, kept in ``out/expert.jsonl``), with
+    ``sft.predictor`` the predictor's (``out/predictor.jsonl``), and ``sft.data``'s."""
     cfg = trainer.cfg
     examples = []
-    data_file = out / "expert.jsonl"
     if cfg.sft.expert_tasks > 0:
-        if not data_file.exists():
-            exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
-            tasks = expert_tasks(trainer.train_tasks, cfg.sft.expert_tasks, seed=cfg.seed, exclude=exclude)
-            trajectories = expert_trajectories(trainer.engine, trainer.pool, tasks, trainer.settings, seed=cfg.seed)
-            chat, counts = expert_examples(trajectories)
-            if not chat:
-                raise RuntimeError(f"the expert solved none of {len(tasks)} training tasks: no SFT data")
-            (out / "expert_counts.json").write_text(json.dumps(counts))
-            write_examples(data_file, chat)
-        examples += read_examples(data_file)
+        play_expert_data(trainer, out)
+        examples += read_examples(out / "expert.jsonl")
+        if cfg.sft.predictor:
+            examples += read_examples(out / PREDICTOR_TRAIN)
     if cfg.sft.data:
         examples += read_examples(cfg.sft.data)
     return examples
 
 
+def play_expert_data(trainer, out: Path) -> None:
+    """Let the expert play ``sft.expert_tasks`` training tasks (never a panel's), and with
+    ``sft.predictor`` ``sft.predictor_eval_tasks`` more, unless their files are written."""
+    cfg = trainer.cfg
+    files = [out / "expert.jsonl"] + ([out / PREDICTOR_TRAIN, out / PREDICTOR_VALID] if cfg.sft.predictor else [])
+    if all(f.exists() for f in files):
+        return
+    exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
+    n, held_out = cfg.sft.expert_tasks, cfg.sft.predictor_eval_tasks if cfg.sft.predictor else 0
+    room = sum(t.id not in exclude for t in trainer.train_tasks) - n
+    if 0 <= room < held_out:
+        _warn(f"sft.predictor_eval_tasks={held_out}: only {room} training tasks left after the SFT tasks")
+        held_out = room
+    tasks = expert_tasks(trainer.train_tasks, n + held_out, seed=cfg.seed, exclude=exclude)
+    trajectories = expert_trajectories(trainer.engine, trainer.pool, tasks, trainer.settings, seed=cfg.seed)
+    chat, counts = expert_examples(trajectories[:n])
+    if not chat:
+        raise RuntimeError(f"the expert solved none of {n} training tasks: no SFT data")
+    if cfg.sft.predictor:
+        wia = next(m for m in trainer.methods if m.name == "wia")
+        for name, part in ((PREDICTOR_TRAIN, trajectories[:n]), (PREDICTOR_VALID, trajectories[n:])):
+            made = [
+                e for t in solved(part) for e in predictor_examples(t, horizon=wia.horizon, prompt=wia.config.prompt)
+            ]
+            counts[name.removesuffix(".jsonl") + "_examples"] = write_examples(out / name, made)
+    (out / "expert_counts.json").write_text(json.dumps(counts))
+    if not (out / "expert.jsonl").exists():
+        write_examples(out / "expert.jsonl", chat)
+
+
+def _measure_predictor(trainer, label: str, out: Path) -> None:
+    """The predictor's held-out competence (``roleagent.sft.predictor``) as policy
+    ``label`` ("base", "sft"), measured once: a ``{"predictor": label, "wia_predictor/...":
+    ...}`` record in ``metrics.jsonl`` and a line in the log."""
+    cfg = trainer.cfg
+    if not (cfg.sft.predictor and cfg.sft.predictor_eval_tasks > 0):
+        return
+    saved = _saved(out, PREDICTOR_EVALS)
+    if label not in saved:
+        play_expert_data(trainer, out)
+        valid = read_examples(out / PREDICTOR_VALID)
+        if not valid:
+            _warn("sft.predictor: the expert solved no held-out game: no predictor measurement")
+            return
+        result = predictor_competence(trainer.engine, valid, max_new_tokens=cfg.wia.max_new_tokens)
+        saved[label] = {"metrics": result.metrics, "line": summary(label, result)}
+        write_jsonl(out / f"predictor_{label}.jsonl", result.rows)
+        _save(out, PREDICTOR_EVALS, saved)
+    trainer.metrics.write({"predictor": label, **saved[label]["metrics"]})
+    if not trainer.quiet:
+        _warn(saved[label]["line"])
+
+
 def run_sft(trainer, out: Path) -> Path:
     """Fine-tune a fresh copy of the base policy on the collected examples into ``out``."""
     cfg, m = trainer.cfg, trainer.cfg.model
-    encoded = [encode_example(trainer.engine, e) for e in collect_examples(trainer, out)]
+    encoded = [
+        (encode_predictor if e.meta.get("role") == "predictor" else encode_example)(trainer.engine, e)
+        for e in collect_examples(trainer, out)
+    ]
     policy = policy_from_config(m, seed=cfg.seed, init_from=m.init_from)
     base = {"base": m.name, "base_init_from": m.init_from, "seed": cfg.seed}
     log = None if trainer.quiet else _warn
     return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log)
 
 
-def _saved(out: Path) -> dict:
-    path = out / "evals.json"
+def _saved(out: Path, name: str = "evals.json") -> dict:
+    path = out / name
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(out: Path, name: str, saved: dict) -> None:
+    tmp = out / f"{name}.tmp"
+    tmp.write_text(json.dumps(saved))
+    tmp.replace(out / name)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def _evaluate(trainer, label: str, out: Path) -> None:
@@ -114,9 +184,7 @@ def _evaluate(trainer, label: str, out: Path) -> None:
         return
     trainer.evaluate(label)
     saved[label] = [{**e.row(), "record": e.record} for e in trainer.evals if e.label == label]
-    tmp = out / "evals.json.tmp"
-    tmp.write_text(json.dumps(saved))
-    tmp.replace(out / "evals.json")
+    _save(out, "evals.json", saved)
 
 
 def _older_row(label: str, row: list):

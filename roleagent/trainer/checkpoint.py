@@ -162,10 +162,10 @@ def find_checkpoint(
     """
     root = run_dir / "checkpoints"
     pointer = root / "latest"
-    named = pointer.read_text().strip() if pointer.is_file() else None
+    named = pointer_name(pointer) if pointer.is_file() else None  # "": not a checkpoint's name
     candidates = checkpoint_candidates(run_dir)
     if not candidates:
-        if named is not None:
+        if named:
             raise CheckpointError(
                 f"{pointer} names {named}, which does not exist, and {root} holds no other "
                 "checkpoint: refusing to restart this run from iteration 0 (restore the checkpoint, "
@@ -174,6 +174,8 @@ def find_checkpoint(
         return None
     if named is None:
         warn(f"{pointer} is missing; looking for the newest valid checkpoint in {root}")
+    elif not named:
+        warn(f"{pointer} does not name a checkpoint (damaged): treated as missing; looking for the newest valid one")
     elif not (root / named).is_dir():
         warn(f"{pointer} names {named}, which does not exist; trying the newest other checkpoint")
     problems = []
@@ -184,6 +186,17 @@ def find_checkpoint(
             problems.append(str(error))
             warn(f"skipping damaged checkpoint: {error}")
     raise CheckpointError(f"no usable checkpoint in {root}: " + "; ".join(problems))
+
+
+def pointer_name(pointer: Path) -> str:
+    """The checkpoint folder name ``checkpoints/latest`` holds (``iter_000003``), or ``""``
+    when it holds anything else (binary garbage, a torn write)."""
+    try:
+        name = pointer.read_bytes()[:64].decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    suffix = name[len("iter_") :]
+    return name if name.startswith("iter_") and suffix.isdigit() and suffix.isascii() else ""
 
 
 def read_checkpoint(path: Path, *, lora: bool, device: str | torch.device = "cpu") -> LoadedCheckpoint:

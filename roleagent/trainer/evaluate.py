@@ -4,6 +4,9 @@ crashed episodes replayed, the rollouts dumped and the metrics record written.""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from roleagent.evaluation import replay_crashed, sample_seed
 from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.trainer.run_files import EvalResult, dump_trajectories
@@ -46,3 +49,32 @@ def play_panel(trainer, desc: str, jobs: list[tuple[Task, int]], temperature: fl
             return run_episodes(engine=trainer.engine, pool=trainer.pool, jobs=wave, settings=settings, progress=bar)[0]
 
     return replay_crashed(play, jobs, trainer.cfg.eval.crash_retries)
+
+
+def evaluate_checkpoint(cfg, run: Path, label: str, *, quiet: bool = False) -> list[EvalResult]:
+    """``roleagent eval --run RUN``: RUN's newest valid checkpoint played on the panels of
+    ``cfg`` (RUN's config), by a trainer whose run folder is ``cfg.run_dir``, the
+    evaluation's own (``RUN/eval`` or ``--out``): RUN's files are only read. Raises
+    :class:`~roleagent.trainer.checkpoint.CheckpointError` when RUN holds no checkpoint."""
+    from roleagent.run_config import resolve_recorded
+    from roleagent.trainer import Trainer
+    from roleagent.trainer.checkpoint import CheckpointError, apply_weights, checkpoint_candidates, find_checkpoint
+
+    if not checkpoint_candidates(run):
+        raise CheckpointError(
+            f"{run} holds no checkpoint (no {run / 'checkpoints'}/iter_*): nothing to evaluate; "
+            "to evaluate the base model, give the recipe instead: roleagent eval RECIPE"
+        )
+    loaded = find_checkpoint(run, lora=cfg.model.lora_rank > 0, warn=lambda m: print(m, file=sys.stderr))
+    init_from = resolve_recorded(loaded.state.get("init_from", ""), run)
+    if init_from and not Path(init_from).is_dir():
+        raise CheckpointError(f"{loaded.path} was trained from init_from={init_from!r}, which is missing")
+    cfg.model.init_from, cfg.sft.enabled, cfg.iterations = init_from, False, 0  # the weights under the checkpoint's
+    trainer = Trainer(cfg, resume=False, quiet=quiet)
+    try:
+        apply_weights(loaded, trainer.policy)
+        trainer.engine.weights_changed()
+        trainer.evaluate(label)
+    finally:
+        trainer.close()
+    return trainer.evals

@@ -36,13 +36,14 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from roleagent.config import ConfigError, TrainConfig, to_dict
+from roleagent.config import ConfigError, TrainConfig
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
 from roleagent.methods import MethodContext, build_methods
 from roleagent.models.loading import policy_from_config
 from roleagent.rollout import rollout_settings
+from roleagent.run_config import portable, recorded_config, same_init
 from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records
 from roleagent.trainer.checkpoint import (
     CheckpointError,
@@ -211,7 +212,7 @@ class Trainer:
             resume=self.resume,
             quiet=self.quiet,
         )
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(recorded_config(cfg), sort_keys=False))
         if self.start_iteration == 0 and cfg.sft.enabled:
             from roleagent.sft.warm_start import warm_start
 
@@ -317,7 +318,7 @@ class Trainer:
             "methods": {method.name: method.state_dict() for method in self.methods},
             "evals": [e.row() for e in self.evals],
             "metrics": self.metrics.position(),
-            "init_from": self.init_from,
+            "init_from": portable(self.init_from, self.run_dir),  # relative to the run folder inside it
             "critic": self.critic.state_dict() if self.critic else None,
         }
         return save_checkpoint(
@@ -326,7 +327,7 @@ class Trainer:
 
     def _restore(self, loaded: LoadedCheckpoint) -> None:
         state = loaded.state
-        if state.get("init_from", "") != self.init_from:
+        if not same_init(state.get("init_from", ""), self.init_from, self.run_dir):
             raise CheckpointError(
                 f"{loaded.path}: trained from init_from={state.get('init_from', '')!r}, but this run starts "
                 f"from {self.init_from!r}; resume with the same model.init_from (and sft.enabled), or --no-resume"

@@ -76,15 +76,18 @@ class MetricsWriter:
 
     def rewind(self, position: dict[str, Any]) -> int:
         """Cut the file back to ``position`` (from a checkpoint); returns the bytes dropped.
-        Raises ``RuntimeError`` naming the file if its first ``position["bytes"]`` bytes are
+        Raises :class:`~roleagent.trainer.checkpoint.CheckpointError` (a run directory error:
+        one line from the CLI) naming the file if its first ``position["bytes"]`` bytes are
         not the ones the checkpoint saw (the file was lost, truncated or edited)."""
+        from roleagent.trainer.checkpoint import CheckpointError
+
         data = self.path.read_bytes() if self.path.exists() else b""
         n = int(position["bytes"])
         if len(data) < n or hashlib.sha256(data[:n]).hexdigest() != position["sha256"]:
-            raise RuntimeError(
+            raise CheckpointError(
                 f"{self.path} does not start with the {n} bytes the checkpoint recorded "
-                f"(it has {len(data)}): the file was lost, truncated or edited; "
-                "restore it or start the run over in a new run_dir"
+                f"(it has {len(data)}): the file was lost, truncated or edited; restore it, "
+                "or start the run over (--no-resume, or a new run_dir)"
             )
         if len(data) > n:
             with self.path.open("r+b") as f:

@@ -176,11 +176,12 @@ def token_logprobs(
     keep: int,
     *,
     temperature: float = 1.0,
-    with_entropy: bool = False,
+    with_entropy: bool | str = False,
     allowed: dict[tuple[int, int], list[int]] | None = None,
     probe: dict | None = None,
 ):
-    """Log-probs of ``targets`` (the last ``keep`` tokens of each row); (B, K) each.
+    """Log-probs of ``targets`` (the last ``keep`` tokens of each row) and the entropy there
+    (``with_entropy``: True; ``"metric"``: its value, without a graph; False: None); (B, K) each.
     Positions in ``allowed`` (:func:`allowed_positions`) use the distribution renormalised
     over their allowed tokens, as constrained decoding sampled them (entropy likewise).
     ``probe`` (diagnosis only: it syncs) receives whether the raw logits are finite and
@@ -193,6 +194,10 @@ def token_logprobs(
         probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
+    if with_entropy == "metric":  # the value only (optim.entropy_coef = 0): no graph through it
+        with torch.no_grad():
+            entropy = restricted_logprobs(logits.detach(), allowed or {}, targets, with_entropy=True)[1]
+        return restricted_logprobs(logits, allowed or {}, targets)[0], entropy
     return restricted_logprobs(logits, allowed or {}, targets, with_entropy=with_entropy)  # (B, K) each
 
 
@@ -344,7 +349,7 @@ class Updater:
             positions,
             targets,
             keep,
-            with_entropy=cfg.entropy_coef > 0,
+            with_entropy=True if cfg.entropy_coef > 0 else "metric",
             probe=probe,
             **common,
         )

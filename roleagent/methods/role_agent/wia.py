@@ -27,6 +27,10 @@ module is the one place that says so:
 3. :func:`role_agent_estimator`, the ``role_agent`` advantage estimator (eq. 9);
 4. :class:`WorldInAgent`, the method (section ``wia``) that plugs 2 into the rollouts and
    optionally trains the prediction tokens (``wia.train_predictions``).
+
+The predictor's supervised warm start (``sft.predictor``: these prompts, the environment's
+real next observations as targets) and its held-out competence metric are
+``roleagent.sft.predictor``.
 """
 
 from __future__ import annotations
