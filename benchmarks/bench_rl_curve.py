@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from roleagent.config import load_config
-from roleagent.stats import format_rate, paired_test
+from roleagent.stats import format_rate, paired_rate_test, paired_test
 from roleagent.trainer import Trainer
 
 
@@ -89,29 +89,67 @@ def table(curve: dict) -> str:
     evals, iterations = curve["evals"], curve["iterations"]
     start = evals[0]
     lines = [
-        "| after iteration | greedy | sampled | greedy vs start (McNemar) |",
-        "|---|---|---|---|",
+        "| after iteration | greedy | sampled | greedy vs start (McNemar) | sampled vs start, per game |",
+        "|---|---|---|---|---|",
     ]
     for e in evals:
         test = paired_test([_bool(x) for x in start["outcomes"]], [_bool(x) for x in e["outcomes"]])
         sampled = format_rate(e["sampled_successes"], e["sampled_episodes"]) if e.get("sampled_episodes") else "-"
         lines.append(
             f"| {e['iteration']} | {format_rate(e['successes'], e['episodes'])} | {sampled} | "
-            f"{test.difference:+.1f} points, b={test.b} c={test.c}, p={test.p_value:.3g}: {test.verdict} |"
+            f"{test.difference:+.1f} points, b={test.b} c={test.c}, p={test.p_value:.3g}: {test.verdict} | "
+            f"{_rate_text(_game_rates(start), _game_rates(e))} |"
         )
+    first = iterations[0]["train/game_rates"] if iterations and "train/game_rates" in iterations[0] else None
     lines += [
         "",
-        "| iteration | training success | optimizer steps | KL to start | Δlog π (A>0) | Δlog π (A<0) | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| iteration | training success | vs iteration 0, per game | optimizer steps | KL to start | "
+        "Δlog π (A>0) | Δlog π (A<0) | seconds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in iterations:
+        versus = _rate_text(first, r["train/game_rates"]) if first and r["iteration"] > 0 else "-"
         lines.append(
-            f"| {r['iteration']} | {format_rate(r['train/successes'], r['train/episodes'])} | "
+            f"| {r['iteration']} | {format_rate(r['train/successes'], r['train/episodes'])} | {versus} | "
             f"{r.get('update/optimizer_steps', 0)} | {r.get('update/kl', float('nan')):.3g} | "
             f"{r.get('update/logp_shift_pos', float('nan')):+.3f} | {r.get('update/logp_shift_neg', float('nan')):+.3f} | "
             f"{r['time/iteration_s']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def _game_rates(evaluation: dict) -> list[tuple[int, int]] | None:
+    """``(successes, episodes)`` per game of an evaluation's sampled episodes, if recorded."""
+    if "sampled_game_successes" not in evaluation:
+        return None
+    return list(zip(evaluation["sampled_game_successes"], evaluation["sampled_game_episodes"]))
+
+
+def _rate_text(before: list | None, after: list | None) -> str:
+    """The per-game paired permutation test (``roleagent.stats.paired_rate_test``) as a cell."""
+    if before is None or after is None:
+        return "-"
+    t = paired_rate_test(before, after)
+    return f"{t.difference:+.1f} points, {t.up} up {t.down} down of {t.games}, p={t.p_value:.3g}: {t.verdict}"
+
+
+def training_rates(run_dir: Path, games: list[str]) -> dict[int, list[tuple[int, int]]]:
+    """``{iteration: [(successes, episodes) per game]}`` from the rollout dumps, the games in
+    ``games`` order: the training episodes of each iteration, drawn from the policy before
+    that iteration's update (iteration 0's are the warm start's own samples)."""
+    rates = {}
+    for path in sorted((run_dir / "rollouts").glob("iter_*.jsonl")):
+        counts = {g: [0, 0] for g in games}
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            task = record.get("task_id")
+            if task in counts and not record.get("crashed"):
+                counts[task][0] += bool(record.get("success"))
+                counts[task][1] += 1
+        rates[int(path.stem.removeprefix("iter_"))] = [tuple(counts[g]) for g in games]
+    return rates
 
 
 def _bool(x) -> bool | None:
@@ -149,6 +187,10 @@ def main(argv=None) -> None:
     if not args.summarize:  # wall minutes of this invocation (a resumed run counts only its part)
         curve["minutes"] = (time.perf_counter() - started) / 60
     curve["games"] = games
+    rates = training_rates(out, games)
+    for r in curve["iterations"]:
+        if r["iteration"] in rates:
+            r["train/game_rates"] = rates[r["iteration"]]
     (out / "curve.json").write_text(json.dumps(curve, indent=1))
     text = table(curve)
     (out / "curve.md").write_text(text + "\n")

@@ -146,6 +146,7 @@ class AlgoConfig:
     lam: float = _f(0.95, "GAE lambda of algo.name=ppo (1: discounted return minus V; 0: one-step TD error)")
     step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
     alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
+    prediction_weight: float = _f(1.0, "Role-Agent: R_t = R_task * (1 + w * R_pre); paper 1, the authors' code 0.2")
     episode_stats: str = _f(
         "steps",
         "Role-Agent's A_episode statistics: 'steps' (GiGPO's, over the group's step samples, so Role-Agent "

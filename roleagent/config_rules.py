@@ -81,6 +81,7 @@ FIELD_RULES: dict[str, Rule] = {
     "algo.gamma": within(0, 1),  # the estimator registry: check_estimator
     "algo.step_weight": at_least(0),
     "algo.alpha": at_least(0),
+    "algo.prediction_weight": at_least(0),
     "algo.episode_stats": one_of("steps", "trajectories"),
     "algo.norm": one_of("mean_std_norm", "mean_norm"),
     "algo.penalty_placement": one_of("step", "reward"),

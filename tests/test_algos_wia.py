@@ -270,3 +270,30 @@ def test_role_agent_estimator_reads_algo_episode_stats():
     assert load_config(None, ["algo.episode_stats=trajectories"]).algo.episode_stats == "trajectories"
     with pytest.raises(ConfigError, match="algo.episode_stats"):
         load_config(None, ["algo.episode_stats=tokens"])
+
+
+def test_prediction_weight_damps_the_factor_and_zero_is_the_task_return():
+    """``R_t = R_task · (1 + w · R_pre)``: the docstring's w = 0.2 case, w = 0 leaves the
+    task return (GiGPO's step return), and the config carries w to the estimator."""
+    args = (["a", "a"], [0, 1], [[1.0, 0.5], [0.8, np.nan]])
+    np.testing.assert_allclose(wia_returns(*args, gamma=0.5, weight=0.2), [0.625, 1.16])
+    np.testing.assert_allclose(wia_returns(*args, gamma=0.5, weight=0.0), [0.5, 1.0])
+    np.testing.assert_allclose(wia_returns(*args, gamma=0.5), wia_returns(*args, gamma=0.5, weight=1.0))
+    with pytest.raises(ValueError, match="prediction weight"):
+        wia_returns(*args, gamma=0.5, weight=-0.1)
+    from roleagent.algos import gigpo_advantage_parts, role_agent_advantage_parts
+    from roleagent.config import ConfigError, load_config
+
+    groups, trajs, rewards, states = ["g"] * 3, [0, 0, 1], [0, 1, 0], ["s0", "s1", "s0"]
+    scores = [[1.0], [0.5], [0.2]]
+    undamped = role_agent_advantage_parts(groups, trajs, rewards, states, scores, gamma=0.5, mode="mean_norm")[0]
+    off = role_agent_advantage_parts(
+        groups, trajs, rewards, states, scores, gamma=0.5, mode="mean_norm", prediction_weight=0.0
+    )[0]
+    np.testing.assert_allclose(undamped, [0.5, 0.0, -0.5])  # role_agent_advantages' worked example
+    np.testing.assert_allclose(
+        off, gigpo_advantage_parts(groups, trajs, rewards, states, gamma=0.5, mode="mean_norm")[1]
+    )
+    assert load_config(None, ["algo.prediction_weight=0.2"]).algo.prediction_weight == 0.2
+    with pytest.raises(ConfigError, match="algo.prediction_weight"):
+        load_config(None, ["algo.prediction_weight=-1"])

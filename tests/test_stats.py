@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from roleagent.stats import format_rate, mcnemar_exact_p, paired_test, wilson_interval
+from roleagent.stats import format_rate, mcnemar_exact_p, paired_rate_test, paired_test, wilson_interval
 
 
 @pytest.mark.parametrize(
@@ -90,3 +90,32 @@ def test_paired_test_unresolved_and_unchanged():
     assert (nothing.pairs, nothing.difference, nothing.verdict) == (0, 0.0, "unresolved")
     with pytest.raises(ValueError, match="same games"):
         paired_test([True], [True, False])
+
+
+def test_paired_rate_test_docstring_cases_and_magnitudes():
+    four = paired_rate_test([(0, 2), (0, 2), (1, 2), (0, 2)], [(1, 2), (1, 2), (2, 2), (1, 2)])
+    assert (four.games, four.up, four.down, four.p_value, four.verdict) == (4, 4, 0, 0.125, "unresolved")
+    assert four.difference == pytest.approx(50.0)
+    six = paired_rate_test([(0, 2)] * 6, [(1, 2)] * 6)
+    assert (six.p_value, six.verdict) == (0.03125, "gain")
+    # the size of a change counts: one game falling a little does not cancel five rising a lot
+    mixed = paired_rate_test([(0, 4)] * 6 + [(2, 4)], [(4, 4)] * 6 + [(1, 4)])
+    assert (mixed.up, mixed.down, mixed.verdict) == (6, 1, "gain")
+    assert mixed.p_value == pytest.approx(4 / 128)  # the six rises all one way, the small fall either way, mirrored
+    lost = paired_rate_test([(1, 2)] * 6, [(0, 2)] * 6)
+    assert (lost.verdict, lost.difference) == ("loss", -50.0)
+
+
+def test_paired_rate_test_ties_gaps_and_many_games():
+    odd = paired_rate_test([(0, 2), (1, 2), (0, 2), (1, 2), (0, 2)], [(1, 2), (0, 2), (1, 2), (0, 2), (1, 2)])
+    assert (odd.up, odd.down, odd.p_value, odd.verdict) == (3, 2, 1.0, "unresolved")  # five halves never sum to 0
+    same = paired_rate_test([(1, 2), (0, 3)], [(2, 4), (0, 1)])
+    assert (same.games, same.p_value, same.verdict) == (2, 1.0, "unchanged")
+    gap = paired_rate_test([(0, 0), (0, 2)], [(1, 2), (2, 2)])  # the game without episodes is left out
+    assert (gap.games, gap.up, gap.difference) == (1, 1, 100.0)
+    many = paired_rate_test([(1, 4)] * 20, [(2, 4)] * 20)  # Monte Carlo above 16 games
+    assert many.verdict == "gain" and many.p_value == pytest.approx(1 / (2**16 + 1))
+    with pytest.raises(ValueError, match="same games"):
+        paired_rate_test([(0, 1)], [])
+    with pytest.raises(ValueError, match="successes <= episodes"):
+        paired_rate_test([(3, 2)], [(0, 2)])

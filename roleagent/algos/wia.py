@@ -38,7 +38,8 @@ Decisions (the paper leaves them open; also in ``docs/design.md`` under World-In
 - Invalid-action penalties and negative environment returns are not scaled by the
   prediction factor (rule in ``wia_returns``), so a better prediction never lowers R_t.
 - The authors' public code instead multiplies the raw step reward by 1 + 0.2·sim with a
-  one-step inline prediction; we follow the paper.
+  one-step inline prediction; we follow the paper (w = 1), and ``algo.prediction_weight``
+  (w in ``R_task · (1 + w · R_pre)``) gives the authors' damping as an option.
 """
 
 from __future__ import annotations
@@ -124,8 +125,11 @@ def wia_returns(
     gamma: float,
     penalties: Sequence[float] | np.ndarray | None = None,
     penalty_placement: str = "step",
+    weight: float = 1.0,
 ) -> np.ndarray:
-    """Prediction-modulated return ``R_t = R_task(a_t) · (1 + R_pre(a_t))`` (eqs. 5–6).
+    """Prediction-modulated return ``R_t = R_task(a_t) · (1 + w · R_pre(a_t))`` (eqs. 5–6:
+    w = 1; ``weight`` w < 1 damps the factor as the authors' public code does with w = 0.2,
+    so a wrong prediction of a winning action costs it less of its return).
 
     ``R_task(a_t) = Σ_{k≥t} γ^{k−t} r_k`` within the trajectory and
     ``R_pre(a_t) = Σ_h γ^{h−1} r̃_{t,h}``; ``prediction_scores`` is (n, H) with NaN where
@@ -136,7 +140,7 @@ def wia_returns(
     non-negative part of the ENVIRONMENT return; a negative environment return and the
     invalid-action penalties are added after, unscaled::
 
-        R_t = max(R_env, 0) · (1 + R_pre) + min(R_env, 0) − P_t
+        R_t = max(R_env, 0) · (1 + w · R_pre) + min(R_env, 0) − P_t
 
     where ``R_env`` is the discounted return of the raw ``step_rewards`` and ``P_t`` the
     penalty term: the step's own penalty (``penalty_placement="step"``, verl-agent's
@@ -149,8 +153,11 @@ def wia_returns(
     Example: one trajectory, rewards [0, 1], γ = 0.5, scores [[1.0, 0.5], [0.8, nan]]:
     R_task = [0.5, 1.0]; R_pre = [1 + 0.5·0.5, 0.8] = [1.25, 0.8];
     R = [0.5·2.25, 1.0·1.8] = [1.125, 1.8]. With penalties [0.1, 0] ("step"):
-    [1.025, 1.8]; with "reward": the first step subtracts 0.1, the same here.
+    [1.025, 1.8]; with "reward": the first step subtracts 0.1, the same here. With w = 0.2
+    (no penalties): R = [0.5·1.25, 1.0·1.16] = [0.625, 1.16].
     """
+    if weight < 0:
+        raise ValueError(f"the prediction weight must be >= 0, got {weight}")
     r_env = discounted_returns(traj_ids, step_rewards, gamma=gamma)
     scores = np.asarray(prediction_scores, dtype=np.float64)
     if scores.ndim == 1:
@@ -164,7 +171,7 @@ def wia_returns(
     penalty = own + (discounted_returns(traj_ids, folded, gamma=gamma) if folded.any() else 0.0)
     weights = gamma ** np.arange(scores.shape[1], dtype=np.float64)  # γ^{h−1}, h = 1..H
     r_pre = np.where(np.isnan(scores), 0.0, scores) @ weights
-    return np.maximum(r_env, 0.0) * (1.0 + r_pre) + np.minimum(r_env, 0.0) - penalty
+    return np.maximum(r_env, 0.0) * (1.0 + weight * r_pre) + np.minimum(r_env, 0.0) - penalty
 
 
 def episode_advantages(
@@ -211,6 +218,7 @@ def role_agent_advantages(
     mode: str = "mean_std_norm",
     similarity_threshold: float | None = None,
     episode_stats: str = "steps",
+    prediction_weight: float = 1.0,
     eps: float = 1e-6,
 ) -> np.ndarray:
     """Role-Agent advantage ``A = A^S + α·A^E`` (eq. 9, Algorithm 1 lines 11–17).
@@ -223,6 +231,7 @@ def role_agent_advantages(
     or its trajectories (``"trajectories"``, eq. 1). ``penalties`` / ``penalty_placement``:
     the invalid-action penalty, placed as in ``wia_returns`` and
     ``gigpo_episode_advantages`` (default: verl-agent's per-step placement).
+    ``prediction_weight``: w of ``wia_returns`` (1: the paper).
 
     Example (one group, γ = 0.5, mean_norm, α = 1): trajectory a = states [s0, s1], rewards
     [0, 1], scores [[1.0], [0.5]]; trajectory b = states [s0], reward [0], scores [[0.2]].
@@ -243,6 +252,7 @@ def role_agent_advantages(
         mode=mode,
         similarity_threshold=similarity_threshold,
         episode_stats=episode_stats,
+        prediction_weight=prediction_weight,
         eps=eps,
     )
     return a_state + alpha * a_episode
@@ -261,13 +271,14 @@ def role_agent_advantage_parts(
     mode: str = "mean_std_norm",
     similarity_threshold: float | None = None,
     episode_stats: str = "steps",
+    prediction_weight: float = 1.0,
     eps: float = 1e-6,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(A^S, A^E, state group id)`` per step sample, the parts of
     ``role_agent_advantages`` (same arguments; its example: A^S = [0.5, 0, -0.5],
     A^E = [1/3, 1/3, -2/3], groups [0, 1, 0])."""
     placed = dict(penalties=penalties, penalty_placement=penalty_placement)
-    r = wia_returns(traj_ids, step_rewards, prediction_scores, gamma=gamma, **placed)
+    r = wia_returns(traj_ids, step_rewards, prediction_scores, gamma=gamma, weight=prediction_weight, **placed)
     groups = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
     if groups.shape != r.shape:
         raise ValueError(f"states has shape {groups.shape}, expected {r.shape}")

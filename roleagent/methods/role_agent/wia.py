@@ -191,6 +191,7 @@ def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
         mode=cfg.norm,
         similarity_threshold=cfg.similarity_threshold,
         episode_stats=cfg.episode_stats,
+        prediction_weight=cfg.prediction_weight,
     )
     return Advantages(a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state}, groups)
 
