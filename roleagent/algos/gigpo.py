@@ -46,11 +46,9 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from ._segments import normalize_within
-from .episode import gigpo_episode_advantages
+from .episode import Ids, gigpo_episode_advantages
 from .returns import penalised_step_values
 from .similarity import build_state_groups
-
-Ids = Sequence[Hashable] | np.ndarray
 
 
 def state_advantages(

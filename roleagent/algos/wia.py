@@ -49,12 +49,10 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
-from .episode import gigpo_episode_advantages, grpo_advantages
+from .episode import Ids, gigpo_episode_advantages, grpo_advantages
 from .gigpo import state_advantages
 from .returns import discounted_returns, split_penalties
 from .similarity import build_state_groups, lms_score
-
-Ids = Sequence[Hashable] | np.ndarray
 
 #: How A^E normalises the episode score: over the group's step samples (GiGPO, the default)
 #: or over its trajectories (Role-Agent eq. 1).

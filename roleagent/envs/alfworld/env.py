@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Hashable
 from dataclasses import asdict
 from typing import Any
@@ -139,7 +138,6 @@ class AlfWorldEnv(Environment):
         self._plan_pos = 0
         self._observed = ""  # every observation of the episode (the searching expert)
         self._visited: set[str] = set()
-        self.timings: dict[str, float] = {"reset_s": 0.0, "resets": 0, "step_s": 0.0, "steps": 0}
 
     # pickling: rebuild from the constructor's kwargs (the engine holds a C library).
     def __reduce__(self):
@@ -207,7 +205,6 @@ class AlfWorldEnv(Environment):
         """Start ``task``. The engine is deterministic, so ``seed`` changes nothing."""
         from roleagent.envs.alfworld.engine import instruction_of, make_engine, strip_welcome
 
-        t0 = time.perf_counter()
         path = self.game_file(task)
         if self._engine is None:
             self._engine = make_engine()
@@ -224,8 +221,6 @@ class AlfWorldEnv(Environment):
         self._plan_pos = 0
         observation = strip_welcome(self._state.feedback)
         self._observed, self._visited = observation, set()
-        self.timings["reset_s"] += time.perf_counter() - t0
-        self.timings["resets"] += 1
         info = {
             "instruction": instruction_of(observation),
             "admissible_actions": self.admissible_actions(),
@@ -251,7 +246,6 @@ class AlfWorldEnv(Environment):
                     "step": self._steps,
                 },
             )
-        t0 = time.perf_counter()
         command = (action or "").strip()
         valid = command in self._state["admissible_commands"]
         self._state, _, _ = self._engine.step(command)
@@ -272,8 +266,6 @@ class AlfWorldEnv(Environment):
         truncated = not self._won and self._steps >= self.max_steps
         self._done = self._won or truncated
         reward = 1.0 if self._won else 0.0
-        self.timings["step_s"] += time.perf_counter() - t0
-        self.timings["steps"] += 1
         info = {
             "success": self._won,
             "won": self._won,
@@ -354,13 +346,6 @@ class AlfWorldEnv(Environment):
         self._engine = None
         self._loaded = None
         self._state = None
-
-    def latency(self) -> dict[str, float]:
-        """Mean seconds per reset and per step measured so far."""
-        return {
-            "reset_s": self.timings["reset_s"] / max(1, self.timings["resets"]),
-            "step_s": self.timings["step_s"] / max(1, self.timings["steps"]),
-        }
 
 
 def _rebuild(kwargs: dict[str, Any]) -> AlfWorldEnv:

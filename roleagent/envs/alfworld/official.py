@@ -15,8 +15,6 @@ from typing import Any
 
 from roleagent.envs.alfworld import scenes as S
 
-OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
-
 
 def official_root(data_dir: str | None = None) -> str | None:
     """The ``json_2.1.1`` folder under ``data_dir`` or ``$ALFWORLD_DATA``, if it exists."""

@@ -255,7 +255,3 @@ def load_scene(number: int) -> Scene:
             used_locs.add(loc)
             receptacles.append(Receptacle(alfred_id, rtype, loc, (round(x, 2), round(y, 2), round(z, 2))))
     return Scene(number, room_of(number), tuple(receptacles), object_types)
-
-
-def all_scenes(numbers: list[int]) -> list[Scene]:
-    return [load_scene(n) for n in numbers]
