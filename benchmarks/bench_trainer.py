@@ -19,7 +19,8 @@ import torch
 
 from roleagent.config import OptimConfig
 from roleagent.models.loading import load_policy
-from roleagent.trainer.update import TrainSample, Updater, _collate, micro_batches, token_logprobs
+from roleagent.trainer.samples import TrainSample, collate, micro_batches, token_logprobs
+from roleagent.trainer.update import Updater
 
 
 def make_samples(n: int, prompt: int, output: int, vocab: int, seed: int = 0) -> list[TrainSample]:
@@ -47,7 +48,7 @@ def bare_loop(policy, samples, optimizer, token_budget: int) -> int:
     n_tokens = sum(len(s.output_ids) for s in samples)
     trained = 0
     for micro in micro_batches(samples, token_budget):
-        *tensors, keep = _collate(micro, pad, policy.device)
+        *tensors, keep = collate(micro, pad, policy.device)
         input_ids, attention, positions, targets, _, mask, advantages = tensors
         logprobs, _ = token_logprobs(model, input_ids, attention, positions, targets, keep)  # (B, K)
         loss = -(logprobs * mask * advantages[:, None]).sum() / n_tokens

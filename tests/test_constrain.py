@@ -164,7 +164,7 @@ def test_constrained_greedy_is_the_argmax_among_allowed_tokens(tiny_policy):
 
 def test_masked_engine_logprobs_equal_the_trainers_masked_recomputation(tiny_policy):
     from roleagent.engine.hf import HFEngine, SamplingParams
-    from roleagent.trainer.update import TrainSample, _collate, allowed_positions, token_logprobs
+    from roleagent.trainer.samples import TrainSample, allowed_positions, collate, token_logprobs
 
     tok = tiny_policy.tokenizer
     engine = HFEngine(tiny_policy)
@@ -176,7 +176,7 @@ def test_masked_engine_logprobs_equal_the_trainers_masked_recomputation(tiny_pol
         params = SamplingParams(max_new_tokens=8, temperature=temperature)
         generations = engine.generate(prompts, params, allowed=[sequences] * 3 + [None])
         samples = [TrainSample(g.prompt_ids, g.ids, g.logprobs, 1.0, allowed=g.allowed) for g in generations]
-        *tensors, keep = _collate(samples, tok.pad_token_id, torch.device("cpu"))
+        *tensors, keep = collate(samples, tok.pad_token_id, torch.device("cpu"))
         input_ids, attention, positions, targets, old, mask, _ = tensors
         allowed = allowed_positions(samples, keep)
         assert len(allowed) == sum(len(g.ids) for g in generations[:3])
@@ -197,11 +197,11 @@ def test_masked_engine_logprobs_equal_the_trainers_masked_recomputation(tiny_pol
 
 
 def test_masked_entropy_and_gradient_are_finite_and_zero_on_single_choices(tiny_policy):
-    from roleagent.trainer.update import TrainSample, _collate, allowed_positions, token_logprobs
+    from roleagent.trainer.samples import TrainSample, allowed_positions, collate, token_logprobs
 
     tok = tiny_policy.tokenizer
     sample = TrainSample([1, 2, 3], [7, 8, 9], [0.0] * 3, 1.0, allowed=[[7, 11], [8], None])
-    *tensors, keep = _collate([sample], tok.pad_token_id, torch.device("cpu"))
+    *tensors, keep = collate([sample], tok.pad_token_id, torch.device("cpu"))
     input_ids, attention, positions, targets, *_ = tensors
     model = tiny_policy.model
     model.zero_grad(set_to_none=True)
@@ -272,8 +272,8 @@ def _batch(steps):
 
 
 def test_training_samples_carry_the_masks_packed_and_unpacked():
+    from roleagent.trainer.samples import allowed_positions
     from roleagent.trainer.stages import training_samples
-    from roleagent.trainer.update import allowed_positions
 
     s1 = Step("o1", "a", "t", "t", True, [1], [2, 3], [-0.7, 0.0], action_allowed=[[2, 5], [3]])
     s2 = Step("o2", "b", "t", "t", True, [1, 2, 3, 4], [6], [-0.2], action_allowed=[[6, 7, 8]])

@@ -5,7 +5,7 @@ import torch
 from roleagent.engine.hf import HFEngine, SamplingParams, encode_chat
 from roleagent.methods.role_agent.wia import predictor_messages
 from roleagent.roles.actor import actor_messages
-from roleagent.trainer.update import TrainSample, _collate, token_logprobs
+from roleagent.trainer.samples import TrainSample, collate, token_logprobs
 
 
 def _prompts(engine, n=3):
@@ -21,7 +21,7 @@ def test_logprobs_match_a_full_forward_pass(tiny_policy):
     prompts = _prompts(engine)  # different lengths: left padding and per-row finishing
     generations = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0))
     samples = [TrainSample(g.prompt_ids, g.ids, g.logprobs, 0.0) for g in generations]
-    *tensors, keep = _collate(samples, tiny_policy.tokenizer.pad_token_id, torch.device("cpu"))
+    *tensors, keep = collate(samples, tiny_policy.tokenizer.pad_token_id, torch.device("cpu"))
     input_ids, attention, positions, targets, old, mask, _ = tensors
     with torch.no_grad():
         recomputed, _ = token_logprobs(tiny_policy.model, input_ids, attention, positions, targets, keep)

@@ -14,7 +14,8 @@ import torch.multiprocessing as mp
 from roleagent.config import ConfigError, load_config
 from roleagent.models.loading import policy_from_config
 from roleagent.trainer import Trainer
-from roleagent.trainer.update import TrainSample, Updater
+from roleagent.trainer.samples import TrainSample
+from roleagent.trainer.update import Updater
 from tests.run_helpers import config, trainable
 from tests.test_distributed import EXTRA, _assert_close, _free_port, _launch, _Replay
 

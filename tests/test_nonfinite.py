@@ -14,7 +14,8 @@ from roleagent.config_rules import check_fields
 from roleagent.engine.constrain import NEG
 from roleagent.trainer.nonfinite import jsonable, micro_batch_report, out_of_set
 from roleagent.trainer.optimizer import grad_norm
-from roleagent.trainer.update import TrainSample, Updater
+from roleagent.trainer.samples import TrainSample
+from roleagent.trainer.update import Updater
 
 BAD = "model.layers.0.mlp.down_proj.weight"  # the parameter whose gradient a hook poisons
 

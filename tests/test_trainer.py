@@ -12,7 +12,8 @@ from roleagent.config import AlgoConfig, OptimConfig
 from roleagent.trainer import Trainer
 from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.trainer.checkpoint import read_checkpoint
-from roleagent.trainer.update import TrainSample, Updater, micro_batches
+from roleagent.trainer.samples import TrainSample, micro_batches
+from roleagent.trainer.update import Updater
 from tests.run_helpers import AIW, config, make_trajectory, metrics, run, trainable
 
 

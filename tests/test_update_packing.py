@@ -10,8 +10,9 @@ import torch
 
 from roleagent.config import OptimConfig
 from roleagent.trainer.advantages import StepBatch
+from roleagent.trainer.samples import collate, token_logprobs
 from roleagent.trainer.stages import packed_sample, training_samples
-from roleagent.trainer.update import Updater, _collate, token_logprobs
+from roleagent.trainer.update import Updater
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -54,7 +55,7 @@ def _episodes(policy, advantages, *, nested, seed=0):
             observation = tok(f" Room {t}: a door{' and a chest' * t}. Next?", add_special_tokens=False)["input_ids"]
             prompt = context + observation if nested else observation
             action = tok(" go left" + " now" * (k + t), add_special_tokens=False)["input_ids"]
-            *tensors, keep = _collate([_sample_of(prompt, action)], tok.pad_token_id, torch.device("cpu"))
+            *tensors, keep = collate([_sample_of(prompt, action)], tok.pad_token_id, torch.device("cpu"))
             input_ids, attention, positions, targets = tensors[:4]
             with torch.no_grad():
                 lp, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep)
@@ -67,7 +68,7 @@ def _episodes(policy, advantages, *, nested, seed=0):
 
 
 def _sample_of(prompt, action):
-    from roleagent.trainer.update import TrainSample
+    from roleagent.trainer.samples import TrainSample
 
     return TrainSample(prompt, action, [0.0] * len(action), 1.0)
 

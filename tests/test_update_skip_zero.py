@@ -13,8 +13,9 @@ import torch
 
 from roleagent.config import OptimConfig
 from roleagent.trainer.advantages import StepBatch
+from roleagent.trainer.samples import collate, token_logprobs
 from roleagent.trainer.stages import training_samples
-from roleagent.trainer.update import Updater, _collate, token_logprobs
+from roleagent.trainer.update import Updater
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -51,7 +52,7 @@ def _batch(policy, advantages_per_traj):
     advantages = np.repeat(np.asarray(advantages_per_traj, dtype=np.float64), 2)
     samples = training_samples(batch, advantages)
     for s in samples:  # old log-probs = current ones, so every ratio is 1 and nothing is clipped
-        *tensors, keep = _collate([s], tok.pad_token_id, torch.device("cpu"))
+        *tensors, keep = collate([s], tok.pad_token_id, torch.device("cpu"))
         input_ids, attention, positions, targets, _, _, _ = tensors
         with torch.no_grad():
             lp, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep)

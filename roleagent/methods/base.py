@@ -27,8 +27,8 @@ import numpy as np
 if TYPE_CHECKING:
     from roleagent.rollout import RolloutExtension, RolloutSettings
     from roleagent.trainer.advantages import StepBatch
+    from roleagent.trainer.samples import TrainSample
     from roleagent.trainer.stages import Collector, Objective, Scorer, TaskSource
-    from roleagent.trainer.update import TrainSample
     from roleagent.types import Step, Task, Trajectory
 
 #: chat(conversations, *, max_new_tokens=256, temperature=0.0, stop=(), response_prefix="")

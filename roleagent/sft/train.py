@@ -6,9 +6,9 @@ its own, so a resumed run sees the same order) and minimises
     L = - Σ_{tokens t with mask 1} log π(x_t | x_<t) / (number of such tokens in the step)
 
 in micro-batches of at most ``micro_batch_tokens`` padded tokens (rows of similar length
-packed together, ``roleagent.trainer.update.micro_batches``), each micro-batch's sum
+packed together, ``roleagent.trainer.samples.micro_batches``), each micro-batch's sum
 divided by the step's token count before ``backward``, so accumulation changes nothing.
-Log-probs come from ``roleagent.trainer.update.token_logprobs`` at temperature 1.
+Log-probs come from ``roleagent.trainer.samples.token_logprobs`` at temperature 1.
 Worked example: two examples with 3 and 1 target tokens of log-probs (-1, -2, -3) and
 (-6) give L = (1 + 2 + 3 + 6) / 4 = 3 whatever the micro-batching (``tests/test_sft.py``).
 
@@ -40,7 +40,7 @@ from roleagent.sft.data import EncodedExample
 from roleagent.trainer.checkpoint import CheckpointError, apply_checkpoint, find_checkpoint, save_checkpoint
 from roleagent.trainer.metrics import peak_rss_mb
 from roleagent.trainer.optimizer import Optimizer
-from roleagent.trainer.update import micro_batches, token_logprobs
+from roleagent.trainer.samples import micro_batches, token_logprobs
 
 DONE = "done.json"
 

@@ -42,7 +42,7 @@ from roleagent.algos.gae import clipped_value_loss, explained_variance
 from roleagent.critic_config import CriticConfig
 from roleagent.models.loading import Policy, policy_from_config
 from roleagent.trainer.optimizer import Optimizer
-from roleagent.trainer.update import micro_batches
+from roleagent.trainer.samples import micro_batches
 
 
 @dataclass

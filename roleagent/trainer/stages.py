@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from roleagent.rollout import RolloutSettings, RolloutStats, run_episodes
-from roleagent.trainer.update import TrainSample, Updater
+from roleagent.trainer.samples import TrainSample
+from roleagent.trainer.update import Updater
 from roleagent.types import Task, Trajectory
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
 """The policy update: training samples → mini-batches → micro-batches → AdamW steps.
 
 A training sample is one generated turn: the exact prompt ids and generated ids from the
-rollout (no re-tokenisation), the rollout log-probs as π_old, and one advantage that every
-generated token shares. The loss is ``roleagent.algos.policy_loss`` (PPO-clip, asymmetric
+rollout (no re-tokenisation), the rollout log-probs as π_old (or, with
+``optim.recompute_old_logprobs``, the training forward's: ``roleagent.trainer.samples``),
+and one advantage that every generated token shares. The loss is ``roleagent.algos.policy_loss`` (PPO-clip, asymmetric
 clip, optional dual clip, k3 KL, entropy), aggregated as a token mean over the whole
 mini-batch: each micro-batch's token-mean loss is weighted by its share of the
 mini-batch's tokens before ``backward``, so gradient accumulation changes nothing.
@@ -53,7 +54,6 @@ import copy
 import functools
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -61,144 +61,18 @@ import torch
 
 from roleagent.algos import policy_loss
 from roleagent.config import OptimConfig
-from roleagent.engine.constrain import restricted_logprobs
 from roleagent.models.loading import Policy
 from roleagent.trainer.nonfinite import diagnose
 from roleagent.trainer.optimizer import Optimizer
-
-
-@dataclass
-class TrainSample:
-    """``old_logprobs`` has one entry per output token. A packed episode also sets
-    ``action_mask`` (1 on generated tokens, 0 on the observations between them) and
-    ``token_advantages`` (per output token); otherwise every output token is generated and
-    shares ``advantage``."""
-
-    prompt_ids: list[int]
-    output_ids: list[int]
-    old_logprobs: list[float]
-    advantage: float
-    action_mask: list[int] | None = None
-    token_advantages: list[float] | None = None
-    # constrained decoding: per output token None (free) or the token ids it was sampled
-    # among; its log-prob is recomputed renormalised over them (``token_logprobs``)
-    allowed: list[list[int] | None] | None = None
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
-
-    @property
-    def n_generated(self) -> int:
-        """Generated tokens: the sample's share of the token-mean denominator."""
-        return len(self.output_ids) if self.action_mask is None else int(sum(self.action_mask))
-
-    def skippable(self) -> bool:
-        """Every generated token has advantage exactly 0."""
-        if self.token_advantages is None:
-            return self.advantage == 0.0
-        return all(a == 0.0 for a, m in zip(self.token_advantages, self.action_mask) if m)
-
-    def loss_mask(self, skip_zero: bool) -> list[float]:
-        """Tokens in the loss: generated ones, less those of zero-advantage steps when
-        skipping (an unpacked zero-advantage step would be skipped whole)."""
-        if self.action_mask is None:
-            return [1.0] * len(self.output_ids)
-        return [float(m and not (skip_zero and a == 0.0)) for m, a in zip(self.action_mask, self.token_advantages)]
-
-
-def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[TrainSample]]:
-    """Pack samples (sorted by length) so that rows × longest row ≤ ``token_budget``."""
-    ordered = sorted(samples, key=lambda s: s.length)
-    batches: list[list[TrainSample]] = []
-    current: list[TrainSample] = []
-    for sample in ordered:
-        if current and (len(current) + 1) * sample.length > token_budget:
-            batches.append(current)
-            current = []
-        current.append(sample)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def _collate(samples: list[TrainSample], pad_id: int, device: torch.device, skip_zero: bool = False):
-    width = max(s.length for s in samples)
-    keep = max(len(s.output_ids) for s in samples)
-    n = len(samples)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)  # (B, L)
-    attention = torch.zeros((n, width), dtype=torch.long)  # (B, L)
-    old = torch.zeros((n, keep))  # (B, K) aligned to the last K positions
-    mask = torch.zeros((n, keep))  # (B, K)
-    targets = torch.full((n, keep), pad_id, dtype=torch.long)  # (B, K)
-    per_token = any(s.token_advantages is not None for s in samples)
-    advantages = torch.zeros((n, keep)) if per_token else torch.zeros(n)  # (B, K) packed, else (B,)
-    for row, s in enumerate(samples):
-        ids = s.prompt_ids + s.output_ids
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention[row, width - len(ids) :] = 1
-        k = len(s.output_ids)
-        targets[row, keep - k :] = torch.tensor(s.output_ids)
-        old[row, keep - k :] = torch.tensor(s.old_logprobs)
-        mask[row, keep - k :] = torch.tensor(s.loss_mask(skip_zero))
-        if not per_token:
-            advantages[row] = s.advantage
-        elif s.token_advantages is None:
-            advantages[row, keep - k :] = s.advantage
-        else:
-            advantages[row, keep - k :] = torch.tensor(s.token_advantages)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-    return [t.to(device) for t in (input_ids, attention, positions, targets, old, mask, advantages)] + [keep]
-
-
-def allowed_positions(samples: list[TrainSample], keep: int) -> dict[tuple[int, int], list[int]]:
-    """The constrained positions of a collated micro-batch, ``(row, column) → allowed ids``
-    with columns aligned as in :func:`_collate` (the last ``keep``); empty when none.
-
-    Example: keep 3, one sample with 2 output tokens, allowed ``[[4, 7], None]`` →
-    ``{(0, 1): [4, 7]}``.
-    """
-    out: dict[tuple[int, int], list[int]] = {}
-    for row, s in enumerate(samples):
-        start = keep - len(s.output_ids)
-        for j, ids in enumerate(s.allowed or ()):
-            if ids is not None:
-                out[(row, start + j)] = list(ids)
-    return out
-
-
-def token_logprobs(
-    model,
-    input_ids,
-    attention,
-    positions,
-    targets,
-    keep: int,
-    *,
-    temperature: float = 1.0,
-    with_entropy: bool | str = False,
-    allowed: dict[tuple[int, int], list[int]] | None = None,
-    probe: dict | None = None,
-):
-    """Log-probs of ``targets`` (the last ``keep`` tokens of each row) and the entropy there
-    (``with_entropy``: True; ``"metric"``: its value, without a graph; False: None); (B, K) each.
-    Positions in ``allowed`` (:func:`allowed_positions`) use the distribution renormalised
-    over their allowed tokens, as constrained decoding sampled them (entropy likewise).
-    ``probe`` (diagnosis only: it syncs) receives whether the raw logits are finite and
-    their largest finite magnitude."""
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
-    logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
-    if probe is not None:
-        finite = torch.isfinite(logits)  # (B, K, V)
-        probe["logits_finite"] = bool(finite.all())
-        probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    if with_entropy == "metric":  # the value only (optim.entropy_coef = 0): no graph through it
-        with torch.no_grad():
-            entropy = restricted_logprobs(logits.detach(), allowed or {}, targets, with_entropy=True)[1]
-        return restricted_logprobs(logits, allowed or {}, targets)[0], entropy
-    return restricted_logprobs(logits, allowed or {}, targets, with_entropy=with_entropy)  # (B, K) each
+from roleagent.trainer.samples import (
+    TrainSample,
+    allowed_positions,
+    collate,
+    logprob_shift,
+    micro_batches,
+    recompute_old_logprobs,
+    token_logprobs,
+)
 
 
 class Updater:
@@ -249,6 +123,12 @@ class Updater:
             zeros = dict.fromkeys(("pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm"), 0.0)
             counts = {"samples": 0, "skipped_samples": len(samples), "trained_tokens": 0, "nonfinite_skipped": 0}
             return {**counts, **zeros, "ratio_mean": 1.0, "optimizer_steps": 0, "lr": self.stepper.lr}
+        recomputed = {}
+        if cfg.recompute_old_logprobs:  # π_old from the training forward (roleagent.trainer.samples)
+            trained = [s for s, skip in zip(samples, skipped) if not skip]
+            fresh, recomputed = recompute_old_logprobs(self, trained)
+            swap = dict(zip(map(id, trained), fresh))
+            samples = [swap.get(id(s), s) for s in samples]
         self.policy.model.train()
         index_of = {id(s): i for i, s in enumerate(samples)}
         totals: dict[str, list[float]] = {}
@@ -287,54 +167,17 @@ class Updater:
         out["trained_tokens"] = trained_tokens
         out["optimizer_steps"] = steps
         out["lr"] = self.stepper.lr
+        out.update(recomputed)
         if cfg.measure_shift and self.data_parallel is None:
-            out.update(self.logprob_shift([s for s, skip in zip(samples, skipped) if not skip]))
+            out.update(logprob_shift(self, [s for s, skip in zip(samples, skipped) if not skip]))
         return out
-
-    def logprob_shift(self, samples: list[TrainSample]) -> dict[str, float]:
-        """How far this update moved the trained actions: the mean over actions of
-        Δ = log π_θ(a|s) − log π_old(a|s) (summed over the action's trained tokens), apart for
-        actions with positive and negative advantage (``logp_shift_pos``/``_neg``; left out
-        when there are none). A learning update raises the first and lowers the second.
-
-        Example: one action of advantage +1 whose two tokens went from log-probs (−1, −2) to
-        (−0.5, −1.5) and one of advantage −1 from (−1) to (−1.25) → pos +1.0, neg −0.25.
-        """
-        sums = {1: 0.0, -1: 0.0}
-        counts = {1: 0, -1: 0}
-        self.policy.model.eval()
-        with torch.no_grad():
-            for micro in micro_batches(samples, self.cfg.micro_batch_tokens):
-                *tensors, keep = _collate(
-                    micro, self.policy.tokenizer.pad_token_id, self.policy.device, self.cfg.skip_zero_advantage
-                )
-                input_ids, attention, positions, targets, old, mask, advantages = tensors
-                new, _ = token_logprobs(
-                    self.policy.model, input_ids, attention, positions, targets, keep,
-                    temperature=self.temperature, allowed=allowed_positions(micro, keep),
-                )  # fmt: skip
-                token_adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(mask)  # (B, K)
-                delta = ((new - old) * mask).double().cpu()  # (B, K)
-                token_adv, mask_cpu = token_adv.double().cpu(), mask.cpu()
-                for row in range(len(micro)):
-                    # an action is a run of trained tokens (a packed sample holds several)
-                    starts = (mask_cpu[row] > 0) & (torch.diff(mask_cpu[row], prepend=torch.zeros(1)) > 0)
-                    for sign in (1, -1):
-                        chosen = (token_adv[row] * sign > 0) & (mask_cpu[row] > 0)
-                        sums[sign] += float(delta[row][chosen].sum())
-                        counts[sign] += int((starts & chosen).sum())
-        self.policy.model.train()
-        names = {1: "logp_shift_pos", -1: "logp_shift_neg"}
-        return {names[sign]: sums[sign] / counts[sign] for sign in (1, -1) if counts[sign]}
 
     def micro_loss(self, micro: list[TrainSample], probe: dict | None = None):
         """Collate ``micro`` and compute its token-mean policy loss; returns ``(loss,
         metrics, parts)`` with ``parts`` the (B, K) tensors it used (``probe``: see
         :func:`token_logprobs`, filled for the policy's logits)."""
         cfg, model = self.cfg, self.policy.model
-        *tensors, keep = _collate(
-            micro, self.policy.tokenizer.pad_token_id, self.policy.device, cfg.skip_zero_advantage
-        )
+        *tensors, keep = collate(micro, self.policy.tokenizer.pad_token_id, self.policy.device, cfg.skip_zero_advantage)
         input_ids, attention, positions, targets, old, mask, advantages = tensors
         common = dict(temperature=self.temperature, allowed=allowed_positions(micro, keep))
         ref = None

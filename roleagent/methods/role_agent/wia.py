@@ -47,7 +47,7 @@ from roleagent.engine.base import SamplingParams
 from roleagent.fields import ConfigError
 from roleagent.methods.base import Method
 from roleagent.trainer.advantages import Advantages, StepBatch
-from roleagent.trainer.update import TrainSample
+from roleagent.trainer.samples import TrainSample
 from roleagent.types import Trajectory
 
 PREFIX = "<state1>"
