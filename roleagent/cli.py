@@ -20,9 +20,11 @@ roleagent retriever --port 8000              # Search-R1's POST /retrieve over t
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
+from roleagent.cli_inspect import _add_inspection_parsers, _one_line
 from roleagent.config import ConfigError, load_config, validate
 from roleagent.config_rules import explain
 from roleagent.fields import MAX_EPISODES
@@ -84,7 +86,14 @@ def _eval_config(args: argparse.Namespace):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from roleagent.evaluation import format_table, panel, run_expert_episodes, split_tasks, success_by_type
+    from roleagent.evaluation import (
+        check_measured,
+        format_table,
+        panel,
+        run_expert_episodes,
+        split_tasks,
+        success_by_type,
+    )
 
     cfg = _eval_config(args)
     if args.policy in ("react", "reflexion"):
@@ -110,6 +119,7 @@ def _eval(args: argparse.Namespace) -> int:
                 max_steps = cfg.rollout.max_steps or pool.meta.max_steps
                 trajectories = run_expert_episodes(pool, [(t, cfg.eval.seed) for t in tasks], max_steps=max_steps)
                 rows[f"expert {split}"] = success_by_type(trajectories, pool.meta.table_columns)
+                check_measured({f"the expert's {split} panel": trajectories})
         print(format_table(rows, title=f"{cfg.env.name} success (%)"))
         return 0
 
@@ -129,6 +139,7 @@ def _eval(args: argparse.Namespace) -> int:
     from roleagent.trainer.run_files import panel_statistics, statistics_lines
 
     rows = {f"{e.label} {e.split}": e for e in evals if e.label == args.label}
+    check_measured({f"panel {e.split or cfg.env.eval_split}": e.trajectories for e in rows.values()})
     print(format_table({row: e.table for row, e in rows.items()}, title=f"{cfg.env.name} success (%)"))
     for row, e in rows.items():  # count and 95% interval (one row per panel: nothing to pair)
         print("\n".join(statistics_lines(panel_statistics({row: e}))))
@@ -172,9 +183,8 @@ def _expert_data(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from roleagent.sft.data import encode_example, read_examples, write_examples
-    from roleagent.sft.expert import play_expert
-    from roleagent.sft.train import train_sft
+    from roleagent.sft.data import read_examples
+    from roleagent.trainer.run_lock import RunDirLock
 
     if not args.data and not args.expert:
         raise ConfigError("give --data FILE.jsonl and/or --expert RECIPE_OR_ENV")
@@ -183,6 +193,16 @@ def _sft(args: argparse.Namespace) -> int:
     cfg = _sft_config(args)
     out = Path(args.out)
     examples = read_examples(args.data) if args.data else []
+    out.mkdir(parents=True, exist_ok=True)
+    with RunDirLock(out):  # one `roleagent sft --out DIR` at a time, as one trainer per run_dir
+        return _sft_locked(args, cfg, out, examples)
+
+
+def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int:
+    from roleagent.sft.data import encode_example, read_examples, write_examples
+    from roleagent.sft.expert import play_expert
+    from roleagent.sft.train import train_sft
+
     policy, engine = _load_for_sft(cfg, lora=True)
     if args.expert:
         expert_file = out / "expert.jsonl"
@@ -196,59 +216,6 @@ def _sft(args: argparse.Namespace) -> int:
     final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print)
     print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0
-
-
-def _view(args: argparse.Namespace) -> int:
-    from roleagent.viewer import is_tree_path, view_run, view_trees
-
-    if is_tree_path(Path(args.run)):
-        return view_trees(Path(args.run))
-    if args.group:
-        from roleagent.viewer import view_group
-
-        return view_group(Path(args.run), args.group, file=args.file, width=args.width)
-    return view_run(
-        Path(args.run), file=args.file, task=args.task, index=args.index, failed=args.failed, memory=args.memory
-    )
-
-
-def _report(args: argparse.Namespace) -> int:
-    from roleagent.report import ReportError, write_report
-
-    try:
-        out = write_report(
-            [Path(r) for r in args.runs],
-            Path(args.out) if args.out else None,
-            max_files=args.max_files,
-            max_chars=args.max_chars,
-        )
-    except ReportError as error:
-        print(f"report error: {_one_line(error)}", file=sys.stderr)
-        return 2
-    print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MiB)")
-    return 0
-
-
-def _envs(args: argparse.Namespace) -> int:
-    from roleagent.envs import env_specs, missing_requirements
-
-    for name, spec in sorted(env_specs().items()):
-        missing = missing_requirements(name)  # a plug-in (entry point) requires its own module
-        status = (
-            "ready"
-            if not missing
-            else f"needs pip install 'roleagent[{spec.extra}]'"
-            if spec.extra
-            else f"cannot import {', '.join(missing)}"
-        )
-        print(f"{name:10s} {status:40s} {spec.description}")
-    return 0
-
-
-def _retriever(args: argparse.Namespace) -> int:
-    from roleagent.envs.search.server import main as serve_main
-
-    return serve_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -290,38 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_inspection_parsers(sub) -> None:
-    """Subcommands that look at runs or serve data: view, report, retriever, envs."""
-    view = sub.add_parser("view", help="browse a run's trajectories and failure memory, or Agent-R trees")
-    view.add_argument("run", help="run directory, or an Agent-R tree file (*.json) or directory of them")
-    view.add_argument("--file", help="rollout file stem, e.g. iter_000002 or eval_after (default: list files)")
-    view.add_argument("--task", help="only trajectories of this task id")
-    view.add_argument("--index", type=int, help="show trajectory number k in full")
-    view.add_argument("--failed", action="store_true", help="only failed trajectories")
-    view.add_argument("--memory", action="store_true", help="show the Agent-In-World failure memory")
-    view.add_argument("--group", metavar="TASK_ID", help="a task's rollouts side by side, with their advantages")
-    view.add_argument("--width", type=int, default=34, help="column width of --group")
-    view.set_defaults(func=_view)
-
-    report = sub.add_parser("report", help="write a self-contained HTML report of one or more runs")
-    report.add_argument("runs", nargs="+", help="run directories (overlaid in every chart)")
-    report.add_argument("--out", help="HTML file to write (default: FIRST_RUN/report.html)")
-    report.add_argument("--max-files", type=int, default=10, help="last iteration rollout dumps per run in the browser")
-    report.add_argument("--max-chars", type=int, default=1500, help="longest observation/generation text kept")
-    report.set_defaults(func=_report)
-
-    ret = sub.add_parser("retriever", help="serve a corpus over Search-R1's HTTP API (POST /retrieve) until stopped")
-    ret.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    ret.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed once bound)")
-    ret.add_argument("--retriever", choices=["bm25", "dense"], default="bm25", help="dense: all-MiniLM-L6-v2")
-    ret.add_argument("--corpus", help="JSONL(.gz) corpus with id and contents, or title and text (default: shipped)")
-    ret.add_argument("--verbose", action="store_true", help="log every request")
-    ret.set_defaults(func=_retriever)
-
-    envs = sub.add_parser("envs", help="list environments and whether they can run here")
-    envs.set_defaults(func=_envs)
-
-
 def _add_data_parsers(sub) -> None:
     """Subcommands that make SFT data and checkpoints: sft, expert-data."""
     sft = sub.add_parser("sft", help="supervised fine-tuning on chat examples (a checkpoint for model.init_from)")
@@ -350,13 +285,6 @@ def _run_dir_errors() -> tuple[type[Exception], ...]:
     return CheckpointError, RunDirBusy, MemoryDamaged
 
 
-def _one_line(error: Exception) -> str:
-    """An error's message on one line, its control characters escaped (it may quote a file or a server)."""
-    from roleagent.terminal import printable
-
-    return printable(" ".join(str(error).split()), lines=False)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -365,11 +293,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {_one_line(error)}", file=sys.stderr)  # one line
         return 2
     except Exception as error:
+        from roleagent.evaluation import EvaluationError
         from roleagent.sft.data import SFTDataError
 
         if isinstance(error, SFTDataError):
             print(f"data error: {_one_line(error)}", file=sys.stderr)  # one line
             return 2
+        if isinstance(error, EvaluationError):
+            print(f"evaluation error: {_one_line(error)}", file=sys.stderr)  # one line
+            return 4
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):  # outside a checkpoint
+            print(f"disk full: {_one_line(error)}; free space and rerun the same command", file=sys.stderr)
+            return 3
         if not isinstance(error, _run_dir_errors()):
             raise
         print(f"run directory error: {_one_line(error)}", file=sys.stderr)  # one line

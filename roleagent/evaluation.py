@@ -142,6 +142,23 @@ def crashed_count(trajectories: list[Trajectory]) -> int:
     return sum(1 for t in trajectories if t.crashed)
 
 
+class EvaluationError(RuntimeError):
+    """An evaluation that measured nothing: every episode of a panel crashed."""
+
+
+def check_measured(panels: dict[str, list[Trajectory]]) -> None:
+    """Raise :class:`EvaluationError` naming the panel and the first crash's error when
+    every episode of a panel crashed (after the replays): its success is NaN, a table of
+    NaN is no result (the environment is down: a search env's retriever, a dead JVM)."""
+    for name, trajectories in panels.items():
+        if trajectories and all(t.crashed for t in trajectories):
+            errors = [str(s.info["error"]) for t in trajectories for s in t.steps if s.info.get("error")]
+            raise EvaluationError(
+                f"every episode of {name} crashed ({len(trajectories)} episodes, after replays): the environment "
+                f"failed, no success rate was measured" + (f"; first error: {errors[0]}" if errors else "")
+            )
+
+
 def success_by_type(trajectories: list[Trajectory], labels: dict[str, str] | None = None) -> dict[str, float]:
     """Success rate (%) per ``task.metadata["task_type"]`` (renamed by ``labels``, e.g. an
     environment's ``table_columns``, in that order) plus ``All`` over all episodes.

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+from roleagent.sqlite_copy import database_copy
 from roleagent.terminal import printable
 
 
@@ -15,9 +16,32 @@ def _show(text: str = "") -> None:
     print(printable(text))
 
 
-def _load(path: Path) -> list[dict]:
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+def _is_trajectory(record: object) -> bool:
+    """A dumped trajectory as the views read it (``Trajectory.to_json``)."""
+    if not isinstance(record, dict) or not isinstance(record.get("task_id"), str):
+        return False
+    number = isinstance(record.get("return"), (int, float)) and not isinstance(record.get("return"), bool)
+    steps = record.get("steps")
+    return number and isinstance(steps, list) and all(isinstance(s, dict) for s in steps)
+
+
+def _load(path: Path) -> list[tuple[int, dict]]:
+    """``(index, trajectory)`` of a rollout dump, numbered by line; a torn line (a killed
+    writer) or a record that is not a trajectory is skipped, with a note saying so."""
+    out, skipped = [], 0
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if _is_trajectory(record):
+            out.append((i, record))
+        else:
+            skipped += 1
+    if skipped:
+        _show(f"({path.name}: skipped {skipped} unreadable line(s))")
+    return out
 
 
 def view_run(
@@ -40,8 +64,8 @@ def view_run(
         if (run / "eval_table.txt").exists():
             _show((run / "eval_table.txt").read_text())
         for path in sorted(rollouts.glob("*.jsonl")):
-            records = _load(path)
-            success = sum(r["success"] for r in records)
+            records = [r for _, r in _load(path)]
+            success = sum(bool(r.get("success")) for r in records)
             _show(f"  {path.stem:20s} {len(records):4d} trajectories, {success} successful")
         _show("show one file with --file NAME, one trajectory with --index K, a task's rollouts with --group TASK_ID")
         return 0
@@ -49,11 +73,11 @@ def view_run(
     if not path.exists():
         _show(f"no rollout file {path}")
         return 2
-    records = list(enumerate(_load(path)))
+    records = _load(path)
     if task:
         records = [(i, r) for i, r in records if r["task_id"] == task]
     if failed:
-        records = [(i, r) for i, r in records if not r["success"]]
+        records = [(i, r) for i, r in records if not r.get("success")]
     if index is not None:
         matches = [r for i, r in records if i == index]
         if not matches:
@@ -62,7 +86,7 @@ def view_run(
         _print_trajectory(index, matches[0])
         return 0
     for i, r in records:
-        status = "OK  " if r["success"] else ("CRASH" if r.get("crashed") else "fail")
+        status = "OK  " if r.get("success") else ("CRASH" if r.get("crashed") else "fail")
         task_id = printable(r["task_id"], lines=False)
         _show(f"{i:4d} {status} {task_id:45s} steps={len(r['steps']):3d} return={r['return']:.2f}")
     return 0
@@ -80,9 +104,10 @@ def view_group(run: Path, task_id: str, *, file: str | None = None, width: int =
     if width < 12:
         _show(f"--width={width}: must be >= 12")
         return 2
-    records = [(i, r) for i, r in enumerate(_load(files[-1])) if r["task_id"] == task_id]
+    loaded = _load(files[-1])
+    records = [(i, r) for i, r in loaded if r["task_id"] == task_id]
     if not records:
-        tasks = sorted({r["task_id"] for r in _load(files[-1])})
+        tasks = sorted({r["task_id"] for _, r in loaded})
         _show(f"no rollouts of task {task_id!r} in {files[-1].name}; its tasks: {', '.join(tasks)}")
         return 2
     by_seed: dict = {}
@@ -174,15 +199,30 @@ def _view_memory(run: Path) -> int:
     if not db.exists():
         _show(f"{run} has no failure memory (Agent-In-World was off)")
         return 0
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        for table in tables:
-            rows = conn.execute(f"SELECT * FROM {table} LIMIT 50").fetchall()  # names come from sqlite_master
-            columns = [d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description]
-            _show(f"== {table} ({len(rows)} shown)")
-            for row in rows:
-                _show("  " + " | ".join(f"{c}={printable(str(v)[:60], lines=False)}" for c, v in zip(columns, row)))
+    try:  # a copy: a read-only (archived) run folder opens, and its -wal stays as it is
+        with database_copy(db) as copy:
+            conn = sqlite3.connect(copy)
+            try:
+                tables = {
+                    row[0]: _table(conn, row[0])
+                    for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                }
+            finally:
+                conn.close()
+    except (sqlite3.Error, OSError) as error:
+        _show(f"{db}: cannot read the failure memory ({error})")
+        return 2
+    for table, (columns, rows) in tables.items():
+        _show(f"== {table} ({len(rows)} shown)")
+        for row in rows:
+            _show("  " + " | ".join(f"{c}={printable(str(v)[:60], lines=False)}" for c, v in zip(columns, row)))
     return 0
+
+
+def _table(conn: sqlite3.Connection, table: str) -> tuple[list[str], list[tuple]]:
+    """A table's column names and first 50 rows (``table`` comes from sqlite_master)."""
+    rows = conn.execute(f"SELECT * FROM {table} LIMIT 50").fetchall()
+    return [d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description], rows
 
 
 def is_tree_path(path: Path) -> bool:

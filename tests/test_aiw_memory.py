@@ -123,7 +123,7 @@ def test_memory_checked_against_the_checkpoint_record(tmp_path):
         mem.verify(record)  # ...but never taken for the recorded one
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(MemoryDamaged, match=f"{path}: failure memory unreadable"):
-        FailureMemory(path)
+        FailureMemory(path).n_failures()  # the file is opened on first use
 
 
 def test_uncommitted_rows_are_not_visible_to_a_reader(tmp_path):

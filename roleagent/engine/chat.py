@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from roleagent.envs.safety import sanitize_text
+
 _MARK = "\ue000{}\ue001"  # private-use characters: a placeholder for message i's content
 _MARK_RE = re.compile("\ue000(\\d+)\ue001")
 _BREAK = "\u200b"  # zero-width space: the fallback's way to keep a special string text
@@ -27,7 +29,15 @@ def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -
     When the template rewrites contents (the skeleton with the contents put back differs
     from the real rendering), special-token strings in contents are broken with a
     zero-width space instead, and the result is tokenised as usual.
+
+    Text that did not cross the environment boundary (SFT data, a method's own prompt) may
+    hold a lone surrogate, which the tokenizer refuses with a ``TypeError``: contents and
+    ``response_prefix`` are made valid UTF-8 here too (``roleagent.envs.safety``).
     """
+    messages = [
+        {**m, "content": sanitize_text(m["content"])} if isinstance(m.get("content"), str) else m for m in messages
+    ]
+    response_prefix = sanitize_text(response_prefix)
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     spans = _content_spans(tokenizer, messages, text)
     if spans is None:

@@ -27,9 +27,17 @@ def write_report(
     paths = [Path(r) for r in runs]
     loaded = [load_run(p, name=n, max_files=max_files, max_chars=max_chars) for p, n in zip(paths, unique_names(paths))]
     out = Path(out) if out is not None else paths[0] / "report.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    page = render_page(loaded, title=title or "roleagent report: " + ", ".join(r.name for r in loaded))
+    try:
+        page = render_page(loaded, title=title or "roleagent report: " + ", ".join(r.name for r in loaded))
+    except (AttributeError, KeyError, TypeError, ValueError) as error:  # a record of an unexpected shape
+        raise ReportError(
+            f"a malformed record in {', '.join(map(str, paths))} ({type(error).__name__}: {error})"
+        ) from None
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as error:  # e.g. an archived, read-only run folder
+        raise ReportError(f"cannot write {out} ({error.strerror or error}): choose another file with --out") from None
     return out

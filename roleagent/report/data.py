@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from roleagent.sqlite_copy import database_copy
+
 #: Failure-memory columns shown with a task's rollouts.
 FAILURE_COLUMNS = ("task_id", "iteration", "dominant_type", "critical_step", "core_lesson", "detail", "source")
 
@@ -48,7 +50,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a file, one a line; a line that does not parse (a torn last
     line) is skipped."""
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             value = json.loads(line)
         except ValueError:
@@ -128,14 +130,42 @@ def read_failures(run: Path, limit: int = 2000) -> list[dict[str, Any]]:
     db = run / "failure_memory.sqlite"
     if not db.exists():
         return []
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            rows = conn.execute(
-                f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures ORDER BY id LIMIT ?", (limit,)
-            ).fetchall()
-    except sqlite3.Error as error:
+    try:  # a copy: a read-only (archived) run folder opens, and its -wal stays as it is
+        with database_copy(db) as copy:
+            conn = sqlite3.connect(copy)
+            try:
+                rows = conn.execute(
+                    f"SELECT {', '.join(FAILURE_COLUMNS)} FROM failures ORDER BY id LIMIT ?", (limit,)
+                ).fetchall()
+            finally:
+                conn.close()
+    except (sqlite3.Error, OSError) as error:
         raise ReportError(f"{db}: cannot read the failure memory ({error})") from None
     return [dict(zip(FAILURE_COLUMNS, row)) for row in rows]
+
+
+def _config(path: Path) -> dict[str, Any]:
+    """The run's recorded config (``{}`` without one); :class:`ReportError` when it is not YAML."""
+    config_path = path / "config.yaml"
+    if not config_path.exists():
+        return {}
+    try:
+        config = yaml.safe_load(config_path.read_text(errors="replace"))
+    except yaml.YAMLError as error:
+        raise ReportError(f"{config_path}: not valid YAML ({' '.join(str(error).split())})") from None
+    return config if isinstance(config, dict) else {}
+
+
+def _trajectories(path: Path, max_chars: int) -> list[dict[str, Any]]:
+    """A rollout dump's trajectories for the page; a record that is not a dumped
+    trajectory (wrong types, a hand-edited line) is skipped, as a torn line is."""
+    out = []
+    for record in read_jsonl(path):
+        try:
+            out.append(slim_trajectory(record, max_chars))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return out
 
 
 def load_run(path: Path, *, name: str | None = None, max_files: int = 10, max_chars: int = 1500) -> RunData:
@@ -145,14 +175,13 @@ def load_run(path: Path, *, name: str | None = None, max_files: int = 10, max_ch
     if not metrics.is_file():
         raise ReportError(f"{path} has no metrics.jsonl: is it a run directory?")
     records = read_jsonl(metrics)
-    config_path = path / "config.yaml"
-    config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
+    config = _config(path)
     kept, skipped = rollout_files(path, max_files) if (path / "rollouts").is_dir() else ([], [])
-    rollouts = {f.stem: [slim_trajectory(r, max_chars) for r in read_jsonl(f)] for f in kept}
+    rollouts = {f.stem: _trajectories(f, max_chars) for f in kept}
     return RunData(
         name=name or path.name,
         path=path,
-        config=config if isinstance(config, dict) else {},
+        config=config,
         train=[r for r in records if isinstance(r.get("iteration"), int)],
         evals=[r for r in records if "eval" in r],
         rollouts=rollouts,

@@ -56,13 +56,18 @@ for token as ``encode_chat`` encodes the whole conversation).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roleagent.engine.chat import encode_chat
+from roleagent.envs.safety import sanitize_text
 from roleagent.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -210,7 +215,7 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
             continue
         prefix = m.get("prefix", example.response_prefix)
         if prompt is None:
-            prompt = engine.encode_chat(between, response_prefix=prefix)
+            prompt = _first_prompt(engine, between, prefix, example.meta)
         else:
             following = engine.extend_chat(prompt, target, between, response_prefix=prefix)
             if following is None:
@@ -219,7 +224,8 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
                     f"{engine.max_prompt_tokens}: split it or raise rollout.max_prompt_tokens"
                 )
             prompt = following
-        target = engine.tokenizer(m["content"][len(prefix) :], add_special_tokens=False)["input_ids"] + end
+        text = sanitize_text(m["content"][len(prefix) :])  # a lone surrogate: U+FFFD, as in prompts
+        target = engine.tokenizer(text, add_special_tokens=False)["input_ids"] + end
         turns.append((len(prompt), target, bool(m.get("loss"))))
         prompts.append(list(prompt))
         between = []
@@ -231,6 +237,43 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
         if loss:
             mask[offset : offset + len(ids_of_turn)] = [1] * len(ids_of_turn)
     return EncodedExample(ids, mask, prompts)
+
+
+def _first_prompt(engine, messages: list[dict[str, str]], prefix: str, meta: dict[str, Any]) -> list[int]:
+    """The first assistant turn's prompt. One longer than the engine's ``max_prompt_tokens``
+    would lose its first tokens, the system prompt among them: the oldest messages after
+    the system message are left out instead until it fits (the last one is kept), with a
+    warning; if the system message and the last one alone are too long, the engine cuts
+    the prompt from the left, with a warning that the system prompt is lost."""
+    ids = engine.encode_chat(messages, response_prefix=prefix)
+    limit = getattr(engine, "max_prompt_tokens", None)
+    if limit is None or len(ids) < limit:
+        return ids
+
+    def length(chat: list[dict[str, str]]) -> int:
+        return len(encode_chat(engine.tokenizer, chat, response_prefix=prefix))
+
+    head = messages[:1] if messages and messages[0]["role"] == "system" else []
+    rest = messages[len(head) :]
+    dropped = 0
+    while length(head + rest) > limit and len(rest) > 1:
+        rest, dropped = rest[1:], dropped + 1
+    if length(head + rest) > limit:
+        log.warning(
+            "SFT example %s: its first prompt is over max_prompt_tokens=%d even without earlier turns: "
+            "cut from the left, its system prompt is lost (raise rollout.max_prompt_tokens)",
+            meta or "",
+            limit,
+        )
+    elif dropped:
+        log.warning(
+            "SFT example %s: its first prompt is over max_prompt_tokens=%d: its %d oldest message(s) after the "
+            "system prompt are left out (raise rollout.max_prompt_tokens to keep them)",
+            meta or "",
+            limit,
+            dropped,
+        )
+    return engine.encode_chat(head + rest, response_prefix=prefix) if dropped else ids
 
 
 def _end_of_turn(engine) -> list[int]:

@@ -21,7 +21,8 @@ Output folder (``out``)::
                                (``save_pretrained``) + ``roleagent_sft.json`` naming the
                                base, or a full ``save_pretrained`` model; ``done.json`` last
 
-A run whose ``final/done.json`` exists is not redone.
+A run whose ``final/done.json`` exists is not redone; a torn ``metrics.jsonl`` line (a kill or
+a full disk) is skipped on resume, with a note. ``roleagent sft`` holds ``out/.lock``.
 """
 
 from __future__ import annotations
@@ -149,7 +150,17 @@ def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
         start = loaded.state["iteration"] + 1
     metrics = out / "metrics.jsonl"
     if metrics.exists():
-        kept = [line for line in metrics.read_text().splitlines() if line and json.loads(line)["epoch"] < start]
+        kept, torn = [], 0
+        for line in metrics.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line) if line.strip() else None
+            except ValueError:  # a line torn by a kill or a full disk
+                torn += 1
+                continue
+            if isinstance(record, dict) and isinstance(record.get("epoch"), int) and record["epoch"] < start:
+                kept.append(line)
+        if torn:
+            (log or print)(f"{metrics}: skipped {torn} unreadable line(s) (torn by a kill or a full disk)")
         metrics.write_text("".join(line + "\n" for line in kept))
     return start
 

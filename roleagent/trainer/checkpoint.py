@@ -30,7 +30,6 @@ are rejected with a message saying so.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -46,6 +45,9 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 
 from roleagent.models.loading import Policy
+from roleagent.trainer.disk_space import checkpoint_bytes, disk_full
+from roleagent.trainer.run_lock import RunDirBusy as RunDirBusy  # (re-exported)
+from roleagent.trainer.run_lock import RunDirLock as RunDirLock
 
 MANIFEST = "manifest.json"
 FINISHED = "finished.json"
@@ -56,8 +58,8 @@ class CheckpointError(RuntimeError):
     """A checkpoint (or the run directory around it) cannot be used; the message names the file."""
 
 
-class RunDirBusy(RuntimeError):
-    """Another trainer holds the run directory's lock."""
+class DiskFull(CheckpointError):
+    """The disk filled up while a checkpoint was written; the partial one was removed."""
 
 
 # ------------------------------------------------------------------ writing ----------
@@ -72,11 +74,43 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int = 2,
 ) -> Path:
+    """Write checkpoint ``iteration`` (module docstring) and return its folder. When the
+    disk fills up, the partial ``.tmp_iter_*`` folder is removed and :class:`DiskFull`
+    says how much the checkpoint needs; the previous checkpoint is untouched."""
     root = run_dir / "checkpoints"
     final = root / f"iter_{iteration:06d}"
     tmp = root / f".tmp_iter_{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+        _write_files(tmp, iteration, policy=policy, optimizer=optimizer, state=state)
+        if final.exists():  # e.g. a damaged copy of this iteration: replace it only now
+            trash = root / f".old_{final.name}"
+            shutil.rmtree(trash, ignore_errors=True)
+            final.rename(trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        tmp.rename(final)
+        _write_atomic(root / "latest", final.name)
+    except Exception as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not disk_full(error):
+            raise
+        previous = next((p.name for p in checkpoint_candidates(run_dir) if p != final), None)
+        raise DiskFull(
+            f"disk full while writing checkpoint {final.name} in {root}: it needs about "
+            f"{checkpoint_bytes(policy, optimizer) / 2**20:.1f} MiB, {shutil.disk_usage(root).free / 2**20:.1f} MiB "
+            "are free; the partial checkpoint was removed. Free space and rerun the same command: "
+            + (f"the run resumes from {previous}" if previous else "the run starts again (no earlier checkpoint)")
+        ) from None
+    for old in checkpoint_candidates(run_dir)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_files(
+    tmp: Path, iteration: int, *, policy: Policy, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
+    """Weights (or adapters), optimizer state, state and manifest into ``tmp``, fsynced."""
     weights, optimizer_state = None, None
     if isinstance(policy.model, FSDPModule):  # the full weights and AdamW state, gathered from the shards
         from roleagent.trainer.fsdp import full_state_dicts  # (it imports the trainer, which imports this)
@@ -96,16 +130,6 @@ def save_checkpoint(
     for p in tmp.rglob("*"):
         if p.is_file():
             _fsync(p)
-    if final.exists():  # e.g. a damaged copy of this iteration: replace it only now
-        trash = root / f".old_{final.name}"
-        shutil.rmtree(trash, ignore_errors=True)
-        final.rename(trash)
-        shutil.rmtree(trash, ignore_errors=True)
-    tmp.rename(final)
-    _write_atomic(root / "latest", final.name)
-    for old in checkpoint_candidates(run_dir)[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def _save_weights_file(model: torch.nn.Module, weights: dict[str, torch.Tensor], folder: Path) -> None:
@@ -311,40 +335,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-# ----------------------------------------------------------------- the lock ----------
-
-
-class RunDirLock:
-    """An exclusive ``flock`` on ``run_dir/.lock``: one trainer per run directory.
-
-    The kernel drops the lock when the process exits, however it exits (crash, SIGKILL),
-    so a stale lock file never blocks a later run.
-    """
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / ".lock"
-        self._file = self.path.open("a+")
-        try:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "unknown"
-            self._file.close()
-            raise RunDirBusy(
-                f"{run_dir} is in use by another trainer (pid {holder} holds {self.path}); "
-                "wait for it to finish or choose another run_dir"
-            ) from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(str(os.getpid()))
-        self._file.flush()
-
-    def release(self) -> None:
-        if not self._file.closed:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
-            self._file.close()
 
 
 # ---------------------------------------------------------------- plumbing -----------

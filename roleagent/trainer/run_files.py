@@ -6,6 +6,7 @@ iteration."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -145,12 +146,13 @@ def prepare_run_files(
     """Cut metrics (and, in ``Method.load_state_dict``, each method's files) back to the
     restored checkpoint's ``position``, or, for a run starting at iteration 0, start them
     empty (refusing when they show that checkpoints existed and are gone)."""
+    run_dir = Path(cfg.run_dir)
     if start_iteration > 0:
         dropped = metrics.rewind(position)
         if dropped and not quiet:
             print(f"dropped {dropped} bytes of {metrics.path} written after the checkpoint")
+        _remove_dumps(run_dir, start_iteration)
         return
-    run_dir = Path(cfg.run_dir)
     if resume and not checkpoint_candidates(run_dir):
         # A record past the first save point proves a checkpoint was written.
         records = metrics.records()
@@ -168,8 +170,29 @@ def prepare_run_files(
     if not resume:  # starting over: an earlier run's checkpoints would outrank (and prune) the new ones
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     metrics.reset()
+    _remove_dumps(run_dir, 0)
     for method in methods:
         method.start_fresh()
+
+
+def _remove_dumps(run_dir: Path, start_iteration: int) -> None:
+    """Delete the rollout dumps a run resumed (or started over) at ``start_iteration``
+    discards, so ``view`` and the report never show iterations of a run that no longer
+    exists (a longer run restarted with ``--no-resume``): iteration dumps from
+    ``start_iteration`` on, evaluations after them (``eval_iterN`` with N >
+    ``start_iteration``, ``eval_after``), and ``eval_before`` when it starts over. The
+    warm start's ``eval_base`` and ``eval_sft`` stay: it restores them without playing."""
+    for path in (run_dir / "rollouts").glob("*.jsonl"):
+        stem = path.stem
+        iteration = re.fullmatch(r"iter_(\d+)", stem)
+        evaluated = re.fullmatch(r"eval_iter(\d+)(_.+)?", stem)
+        if (
+            (iteration and int(iteration.group(1)) >= start_iteration)
+            or (evaluated and int(evaluated.group(1)) > start_iteration)
+            or re.fullmatch(r"eval_after(_.+)?", stem)
+            or (start_iteration == 0 and re.fullmatch(r"eval_before(_.+)?", stem))
+        ):
+            path.unlink()
 
 
 def dump_trajectories(run_dir: Path, name: str, trajectories: list[Trajectory]) -> None:

@@ -94,16 +94,8 @@ class AgentInWorld:
             train_task_ids, decay=config.decay, floor=config.floor, cap=config.cap, replace=config.replace
         )
         self.memory = FailureMemory(self.run_dir / config.memory_file, self.taxonomy)
-        self.retriever = Retriever(
-            self.memory,
-            config.retriever,
-            max_candidates=config.candidates,
-            top_k=config.top_k,
-            prefilter=config.prefilter,
-            k1=config.bm25_k1,
-            b=config.bm25_b,
-            embedder=embedder,
-        )
+        self._embedder = embedder
+        self._retriever: Retriever | None = None  # built (reading the memory) on first use
         self.last_iteration: int | None = None
         self.counters: dict[str, int] = {
             "failures": 0,
@@ -114,6 +106,24 @@ class AgentInWorld:
             "retrieval_fallback": 0,
             "retrieved": 0,
         }
+
+    @property
+    def retriever(self) -> Retriever:
+        """The retriever over the memory, built on first use: building it reads the
+        memory, which a trainer that may still refuse to resume must not open."""
+        if self._retriever is None:
+            cfg = self.config
+            self._retriever = Retriever(
+                self.memory,
+                cfg.retriever,
+                max_candidates=cfg.candidates,
+                top_k=cfg.top_k,
+                prefilter=cfg.prefilter,
+                k1=cfg.bm25_k1,
+                b=cfg.bm25_b,
+                embedder=self._embedder,
+            )
+        return self._retriever
 
     # ------------------------------------------------------------- sampling ----------
 
@@ -306,19 +316,12 @@ class AgentInWorld:
         self.counters.update({k: int(v) for k, v in state.get("counters", {}).items()})
         last = state.get("last_iteration")
         self.last_iteration = None if last is None else int(last)
-        # Cut back, verify, then commit: a memory that is not the recorded one (a lost file
-        # or WAL) is an error, and loses nothing to the attempt.
-        removed = self.memory.truncate_after(-1 if last is None else int(last), commit=False)
-        try:
-            if state.get("memory") is not None:
-                self.memory.verify(state["memory"])
-        except BaseException:
-            self.memory.rollback()
-            raise
-        self.memory.commit()
+        # Checked on a copy, cut back when next used: a memory that is not the recorded one
+        # (a lost or garbled file or -wal) is an error, and the refusal changes no file.
+        removed = self.memory.restore(-1 if last is None else int(last), state.get("memory"))
         if removed:
-            log.info("AIW: dropped %d failure records newer than the checkpoint", removed)
-        self.retriever.reset()
+            log.info("AIW: dropping %d failure records newer than the checkpoint", removed)
+        self._retriever = None  # re-read from the cut-back memory
 
     def reset(self) -> None:
         """Forget everything (a run restarting at iteration 0 before its first checkpoint):
@@ -333,7 +336,7 @@ class AgentInWorld:
         )
         self.counters = dict.fromkeys(self.counters, 0)
         self.last_iteration = None
-        self.retriever.reset()
+        self._retriever = None
 
     def close(self) -> None:
         self.memory.close()
