@@ -147,13 +147,15 @@ def _sft_config(args: argparse.Namespace):
 
 def _load_for_sft(cfg, *, lora: bool):
     from roleagent.engine import create_engine
-    from roleagent.models.loading import policy_from_config
+    from roleagent.models.loading import engine_policy
 
     if cfg.threads > 0:
         import torch
 
         torch.set_num_threads(cfg.threads)
-    policy = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
+    policy = engine_policy(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
+    if lora and policy.model is None:
+        raise ConfigError(f"model.engine={cfg.model.engine} runs no weights here: sft needs model.engine=hf")
     return policy, create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
 
 
@@ -342,12 +344,18 @@ def _add_data_parsers(sub) -> None:
     data.set_defaults(func=_expert_data, config=None)
 
 
-def _run_dir_errors() -> tuple[type[Exception], ...]:
-    """A run directory that cannot be used as it is: damaged, busy or tampered with."""
+def _known_error(error: Exception) -> tuple[str, int] | None:
+    """The one-line prefix and exit code of an error the user can act on: bad SFT data (2),
+    a run directory damaged, busy or tampered with (3), an OpenAI-compatible server that
+    cannot be used (4); None for anything else (a bug: its traceback is shown)."""
+    from roleagent.engine.openai_http import EngineError
     from roleagent.methods.role_agent.aiw.memory import MemoryDamaged
+    from roleagent.sft.data import SFTDataError
     from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy
 
-    return CheckpointError, RunDirBusy, MemoryDamaged
+    kinds = {SFTDataError: ("data error", 2), EngineError: ("engine error", 4)}
+    kinds.update(dict.fromkeys((CheckpointError, RunDirBusy, MemoryDamaged), ("run directory error", 3)))
+    return next((known for kind, known in kinds.items() if isinstance(error, kind)), None)
 
 
 def _one_line(error: Exception) -> str:
@@ -365,15 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {_one_line(error)}", file=sys.stderr)  # one line
         return 2
     except Exception as error:
-        from roleagent.sft.data import SFTDataError
-
-        if isinstance(error, SFTDataError):
-            print(f"data error: {_one_line(error)}", file=sys.stderr)  # one line
-            return 2
-        if not isinstance(error, _run_dir_errors()):
+        known = _known_error(error)
+        if known is None:
             raise
-        print(f"run directory error: {_one_line(error)}", file=sys.stderr)  # one line
-        return 3
+        prefix, code = known
+        print(f"{prefix}: {_one_line(error)}", file=sys.stderr)  # one line
+        return code
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last checkpoint", file=sys.stderr)
         return 130

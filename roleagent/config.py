@@ -13,6 +13,7 @@ prints them).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -358,7 +359,9 @@ def resolve_recipe(path: str | Path) -> Path:
     if shipped.exists():
         return shipped
     names = sorted(p.stem for p in shipped.parent.glob("*.yaml"))
-    raise ConfigError(f"no recipe {str(path)!r}; shipped recipes: {', '.join(names)}")
+    close = difflib.get_close_matches(Path(path).stem, names, n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise ConfigError(f"no recipe {str(path)!r}; {hint}shipped recipes: {', '.join(names)}")
 
 
 def validate(cfg: TrainConfig) -> None:

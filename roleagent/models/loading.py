@@ -75,7 +75,8 @@ def embedded_model_dir() -> Path:
 
 @dataclass
 class Policy:
-    """A causal LM, its tokenizer, and whether LoRA adapters are attached."""
+    """A causal LM, its tokenizer, and whether LoRA adapters are attached; ``model`` is
+    None for an engine that runs the model elsewhere (:func:`engine_policy`)."""
 
     model: torch.nn.Module
     tokenizer: object
@@ -85,7 +86,7 @@ class Policy:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return torch.device("cpu") if self.model is None else next(self.model.parameters()).device
 
 
 def resolve_device(device: str) -> torch.device:
@@ -103,8 +104,13 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_tokenizer(spec: str):
+    """The tokenizer of ``spec`` (left padding, a pad token), alone: no weights are read."""
     from transformers import AutoTokenizer
 
+    from roleagent.models.hub import cache_alone_when_offline, check_hub_model
+
+    check_hub_model(spec)  # an unreachable, uncached HF id: one line now, not a minute of retries
+    cache_alone_when_offline(spec)  # a cached one: read at once
     path = embedded_model_dir() if spec in ("embedded", "tiny") else spec
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
@@ -262,4 +268,17 @@ def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora
         init_from=init_from,
     )
     policy.server = getattr(m, "server", None)
+    return policy
+
+
+def engine_policy(model_cfg, *, seed: int, init_from: str | Path = "", lora: bool = True) -> Policy:
+    """The policy ``model_cfg.engine`` needs: :func:`policy_from_config`'s, or for an engine
+    that runs no weights here (``loads_weights = False``: the OpenAI-compatible client,
+    which only tokenizes) the tokenizer alone, with ``model=None``."""
+    from roleagent.engine import loads_weights
+
+    if loads_weights(getattr(model_cfg, "engine", "hf")):
+        return policy_from_config(model_cfg, seed=seed, init_from=init_from, lora=lora)
+    policy = Policy(model=None, tokenizer=load_tokenizer(model_cfg.name), name=model_cfg.name)
+    policy.server = getattr(model_cfg, "server", None)
     return policy
