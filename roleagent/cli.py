@@ -26,6 +26,7 @@ from pathlib import Path
 from roleagent.config import ConfigError, load_config, validate
 from roleagent.config_rules import explain
 from roleagent.fields import MAX_EPISODES
+from roleagent.terminal import one_line
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -200,59 +201,6 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def _view(args: argparse.Namespace) -> int:
-    from roleagent.viewer import is_tree_path, view_run, view_trees
-
-    if is_tree_path(Path(args.run)):
-        return view_trees(Path(args.run))
-    if args.group:
-        from roleagent.viewer import view_group
-
-        return view_group(Path(args.run), args.group, file=args.file, width=args.width)
-    return view_run(
-        Path(args.run), file=args.file, task=args.task, index=args.index, failed=args.failed, memory=args.memory
-    )
-
-
-def _report(args: argparse.Namespace) -> int:
-    from roleagent.report import ReportError, write_report
-
-    try:
-        out = write_report(
-            [Path(r) for r in args.runs],
-            Path(args.out) if args.out else None,
-            max_files=args.max_files,
-            max_chars=args.max_chars,
-        )
-    except ReportError as error:
-        print(f"report error: {_one_line(error)}", file=sys.stderr)
-        return 2
-    print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MiB)")
-    return 0
-
-
-def _envs(args: argparse.Namespace) -> int:
-    from roleagent.envs import env_specs, missing_requirements
-
-    for name, spec in sorted(env_specs().items()):
-        missing = missing_requirements(name)  # a plug-in (entry point) requires its own module
-        status = (
-            "ready"
-            if not missing
-            else f"needs pip install 'roleagent[{spec.extra}]'"
-            if spec.extra
-            else f"cannot import {', '.join(missing)}"
-        )
-        print(f"{name:10s} {status:40s} {spec.description}")
-    return 0
-
-
-def _retriever(args: argparse.Namespace) -> int:
-    from roleagent.envs.search.server import main as serve_main
-
-    return serve_main(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="roleagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -288,40 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.set_defaults(func=_eval)
     _add_data_parsers(sub)
-    _add_inspection_parsers(sub)
+    from roleagent.cli_inspect import add_inspection_parsers
+
+    add_inspection_parsers(sub)
     return parser
-
-
-def _add_inspection_parsers(sub) -> None:
-    """Subcommands that look at runs or serve data: view, report, retriever, envs."""
-    view = sub.add_parser("view", help="browse a run's trajectories and failure memory, or Agent-R trees")
-    view.add_argument("run", help="run directory, or an Agent-R tree file (*.json) or directory of them")
-    view.add_argument("--file", help="rollout file stem, e.g. iter_000002 or eval_after (default: list files)")
-    view.add_argument("--task", help="only trajectories of this task id")
-    view.add_argument("--index", type=int, help="show trajectory number k in full")
-    view.add_argument("--failed", action="store_true", help="only failed trajectories")
-    view.add_argument("--memory", action="store_true", help="show the Agent-In-World failure memory")
-    view.add_argument("--group", metavar="TASK_ID", help="a task's rollouts side by side, with their advantages")
-    view.add_argument("--width", type=int, default=34, help="column width of --group")
-    view.set_defaults(func=_view)
-
-    report = sub.add_parser("report", help="write a self-contained HTML report of one or more runs")
-    report.add_argument("runs", nargs="+", help="run directories (overlaid in every chart)")
-    report.add_argument("--out", help="HTML file to write (default: FIRST_RUN/report.html)")
-    report.add_argument("--max-files", type=int, default=10, help="last iteration rollout dumps per run in the browser")
-    report.add_argument("--max-chars", type=int, default=1500, help="longest observation/generation text kept")
-    report.set_defaults(func=_report)
-
-    ret = sub.add_parser("retriever", help="serve a corpus over Search-R1's HTTP API (POST /retrieve) until stopped")
-    ret.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    ret.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed once bound)")
-    ret.add_argument("--retriever", choices=["bm25", "dense"], default="bm25", help="dense: all-MiniLM-L6-v2")
-    ret.add_argument("--corpus", help="JSONL(.gz) corpus with id and contents, or title and text (default: shipped)")
-    ret.add_argument("--verbose", action="store_true", help="log every request")
-    ret.set_defaults(func=_retriever)
-
-    envs = sub.add_parser("envs", help="list environments and whether they can run here")
-    envs.set_defaults(func=_envs)
 
 
 def _add_data_parsers(sub) -> None:
@@ -358,26 +276,19 @@ def _known_error(error: Exception) -> tuple[str, int] | None:
     return next((known for kind, known in kinds.items() if isinstance(error, kind)), None)
 
 
-def _one_line(error: Exception) -> str:
-    """An error's message on one line, its control characters escaped (it may quote a file or a server)."""
-    from roleagent.terminal import printable
-
-    return printable(" ".join(str(error).split()), lines=False)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as error:
-        print(f"config error: {_one_line(error)}", file=sys.stderr)  # one line
+        print(f"config error: {one_line(error)}", file=sys.stderr)  # one line
         return 2
     except Exception as error:
         known = _known_error(error)
         if known is None:
             raise
         prefix, code = known
-        print(f"{prefix}: {_one_line(error)}", file=sys.stderr)  # one line
+        print(f"{prefix}: {one_line(error)}", file=sys.stderr)  # one line
         return code
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last checkpoint", file=sys.stderr)

