@@ -56,7 +56,7 @@ def _train(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from roleagent.export import export_run
 
-    out = export_run(args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora)
+    out = export_run(args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora, quiet=False)
     print(f"exported: {out}")
     return 0
 
@@ -109,7 +109,8 @@ def _eval(args: argparse.Namespace) -> int:
             for split in splits:
                 tasks = panel(split_tasks(pool.meta, cfg.env, split), cfg.eval.max_tasks)
                 max_steps = cfg.rollout.max_steps or pool.meta.max_steps
-                trajectories = run_expert_episodes(pool, [(t, cfg.eval.seed) for t in tasks], max_steps=max_steps)
+                jobs = [(t, cfg.eval.seed) for t in tasks]
+                trajectories = run_expert_episodes(pool, jobs, max_steps=max_steps, quiet=False, desc=split)
                 rows[f"expert {split}"] = success_by_type(trajectories, pool.meta.table_columns)
         print(format_table(rows, title=f"{cfg.env.name} success (%)"))
         return 0
@@ -168,7 +169,7 @@ def _expert_data(args: argparse.Namespace) -> int:
         raise ConfigError(f"--tasks must be >= 1 and --workers in [1, {MAX_EPISODES}]")
     cfg = _sft_config(args)
     _, engine = _load_for_sft(cfg, lora=False)
-    examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers)
+    examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers, quiet=False)
     write_examples(args.out, examples)
     print(f"{args.out}: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} expert episodes")
     return 0
@@ -190,13 +191,13 @@ def _sft(args: argparse.Namespace) -> int:
     if args.expert:
         expert_file = out / "expert.jsonl"
         if not expert_file.exists():
-            expert, counts = play_expert(cfg, engine, args.tasks)
+            expert, counts = play_expert(cfg, engine, args.tasks, quiet=False)
             print(f"expert: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} episodes")
             write_examples(expert_file, expert)
         examples += read_examples(expert_file)
     encoded = [encode_example(engine, e) for e in examples]
     base = {"base": cfg.model.name, "base_init_from": cfg.model.init_from, "seed": cfg.seed}
-    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print)
+    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print, quiet=False)
     print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0
 
