@@ -24,10 +24,10 @@ import errno
 import sys
 from pathlib import Path
 
-from roleagent.cli_inspect import _add_inspection_parsers, _one_line
 from roleagent.config import ConfigError, load_config, validate
 from roleagent.config_rules import explain
 from roleagent.fields import MAX_EPISODES
+from roleagent.terminal import one_line
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -57,7 +57,7 @@ def _train(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from roleagent.export import export_run
 
-    out = export_run(args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora)
+    out = export_run(args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora, quiet=False)
     print(f"exported: {out}")
     return 0
 
@@ -117,7 +117,8 @@ def _eval(args: argparse.Namespace) -> int:
             for split in splits:
                 tasks = panel(split_tasks(pool.meta, cfg.env, split), cfg.eval.max_tasks)
                 max_steps = cfg.rollout.max_steps or pool.meta.max_steps
-                trajectories = run_expert_episodes(pool, [(t, cfg.eval.seed) for t in tasks], max_steps=max_steps)
+                jobs = [(t, cfg.eval.seed) for t in tasks]
+                trajectories = run_expert_episodes(pool, jobs, max_steps=max_steps, quiet=False, desc=split)
                 rows[f"expert {split}"] = success_by_type(trajectories, pool.meta.table_columns)
                 check_measured({f"the expert's {split} panel": trajectories})
         print(format_table(rows, title=f"{cfg.env.name} success (%)"))
@@ -158,13 +159,15 @@ def _sft_config(args: argparse.Namespace):
 
 def _load_for_sft(cfg, *, lora: bool):
     from roleagent.engine import create_engine
-    from roleagent.models.loading import policy_from_config
+    from roleagent.models.loading import engine_policy
 
     if cfg.threads > 0:
         import torch
 
         torch.set_num_threads(cfg.threads)
-    policy = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
+    policy = engine_policy(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
+    if lora and policy.model is None:
+        raise ConfigError(f"model.engine={cfg.model.engine} runs no weights here: sft needs model.engine=hf")
     return policy, create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
 
 
@@ -176,7 +179,7 @@ def _expert_data(args: argparse.Namespace) -> int:
         raise ConfigError(f"--tasks must be >= 1 and --workers in [1, {MAX_EPISODES}]")
     cfg = _sft_config(args)
     _, engine = _load_for_sft(cfg, lora=False)
-    examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers)
+    examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers, quiet=False)
     write_examples(args.out, examples)
     print(f"{args.out}: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} expert episodes")
     return 0
@@ -207,13 +210,13 @@ def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int
     if args.expert:
         expert_file = out / "expert.jsonl"
         if not expert_file.exists():
-            expert, counts = play_expert(cfg, engine, args.tasks)
+            expert, counts = play_expert(cfg, engine, args.tasks, quiet=False)
             print(f"expert: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} episodes")
             write_examples(expert_file, expert)
         examples += read_examples(expert_file)
     encoded = [encode_example(engine, e) for e in examples]
     base = {"base": cfg.model.name, "base_init_from": cfg.model.init_from, "seed": cfg.seed}
-    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print)
+    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print, quiet=False)
     print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0
 
@@ -253,7 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.set_defaults(func=_eval)
     _add_data_parsers(sub)
-    _add_inspection_parsers(sub)
+    from roleagent.cli_inspect import add_inspection_parsers
+
+    add_inspection_parsers(sub)
     return parser
 
 
@@ -277,12 +282,23 @@ def _add_data_parsers(sub) -> None:
     data.set_defaults(func=_expert_data, config=None)
 
 
-def _run_dir_errors() -> tuple[type[Exception], ...]:
-    """A run directory that cannot be used as it is: damaged, busy or tampered with."""
+def _known_error(error: Exception) -> tuple[str, int] | None:
+    """The one-line prefix and exit code of an error the user can act on: bad SFT data (2),
+    a run directory damaged, busy or tampered with (3), an OpenAI-compatible server that
+    cannot be used or a panel whose every episode crashed (4); None for anything else (a bug: its traceback is shown)."""
+    from roleagent.engine.openai_http import EngineError
+    from roleagent.evaluation import EvaluationError
     from roleagent.methods.role_agent.aiw.memory import MemoryDamaged
+    from roleagent.sft.data import SFTDataError
     from roleagent.trainer.checkpoint import CheckpointError, RunDirBusy
 
-    return CheckpointError, RunDirBusy, MemoryDamaged
+    kinds = {
+        SFTDataError: ("data error", 2),
+        EngineError: ("engine error", 4),
+        EvaluationError: ("evaluation error", 4),
+    }
+    kinds.update(dict.fromkeys((CheckpointError, RunDirBusy, MemoryDamaged), ("run directory error", 3)))
+    return next((known for kind, known in kinds.items() if isinstance(error, kind)), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,25 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as error:
-        print(f"config error: {_one_line(error)}", file=sys.stderr)  # one line
+        print(f"config error: {one_line(error)}", file=sys.stderr)  # one line
         return 2
     except Exception as error:
-        from roleagent.evaluation import EvaluationError
-        from roleagent.sft.data import SFTDataError
-
-        if isinstance(error, SFTDataError):
-            print(f"data error: {_one_line(error)}", file=sys.stderr)  # one line
-            return 2
-        if isinstance(error, EvaluationError):
-            print(f"evaluation error: {_one_line(error)}", file=sys.stderr)  # one line
-            return 4
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):  # outside a checkpoint
-            print(f"disk full: {_one_line(error)}; free space and rerun the same command", file=sys.stderr)
+            print(f"disk full: {one_line(error)}; free space and rerun the same command", file=sys.stderr)
             return 3
-        if not isinstance(error, _run_dir_errors()):
+        known = _known_error(error)
+        if known is None:
             raise
-        print(f"run directory error: {_one_line(error)}", file=sys.stderr)  # one line
-        return 3
+        prefix, code = known
+        print(f"{prefix}: {one_line(error)}", file=sys.stderr)  # one line
+        return code
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last checkpoint", file=sys.stderr)
         return 130

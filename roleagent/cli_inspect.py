@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from roleagent.terminal import one_line
+
 
 def _view(args: argparse.Namespace) -> int:
     from roleagent.viewer import is_tree_path, view_group, view_run, view_trees
@@ -19,7 +21,7 @@ def _view(args: argparse.Namespace) -> int:
             return view_group(run, args.group, file=args.file, width=args.width)
         return view_run(run, file=args.file, task=args.task, index=args.index, failed=args.failed, memory=args.memory)
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # a record of an unexpected shape
-        print(f"view error: a malformed record in {run} ({type(error).__name__}: {_one_line(error)})", file=sys.stderr)
+        print(f"view error: a malformed record in {run} ({type(error).__name__}: {one_line(error)})", file=sys.stderr)
         return 2
 
 
@@ -34,7 +36,7 @@ def _report(args: argparse.Namespace) -> int:
             max_chars=args.max_chars,
         )
     except ReportError as error:
-        print(f"report error: {_one_line(error)}", file=sys.stderr)
+        print(f"report error: {one_line(error)}", file=sys.stderr)
         return 2
     print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MiB)")
     return 0
@@ -43,16 +45,20 @@ def _report(args: argparse.Namespace) -> int:
 def _envs(args: argparse.Namespace) -> int:
     from roleagent.envs import env_specs, missing_requirements
 
+    rows = []
     for name, spec in sorted(env_specs().items()):
         missing = missing_requirements(name)  # a plug-in (entry point) requires its own module
         status = (
             "ready"
             if not missing
-            else f"needs pip install 'roleagent[{spec.extra}]'"
+            else f"needs: {spec.install_command}"
             if spec.extra
             else f"cannot import {', '.join(missing)}"
         )
-        print(f"{name:10s} {status:40s} {spec.description}")
+        rows.append((name, status, spec.description))
+    widths = [max(len(row[column]) for row in rows) for column in (0, 1)]
+    for name, status, description in rows:  # columns as wide as their longest entry
+        print(f"{name:{widths[0]}s}  {status:{widths[1]}s}  {description}")
     return 0
 
 
@@ -62,7 +68,7 @@ def _retriever(args: argparse.Namespace) -> int:
     return serve_main(args)
 
 
-def _add_inspection_parsers(sub) -> None:
+def add_inspection_parsers(sub) -> None:
     """Subcommands that look at runs or serve data: view, report, retriever, envs."""
     view = sub.add_parser("view", help="browse a run's trajectories and failure memory, or Agent-R trees")
     view.add_argument("run", help="run directory, or an Agent-R tree file (*.json) or directory of them")
@@ -92,10 +98,3 @@ def _add_inspection_parsers(sub) -> None:
 
     envs = sub.add_parser("envs", help="list environments and whether they can run here")
     envs.set_defaults(func=_envs)
-
-
-def _one_line(error: Exception) -> str:
-    """An error's message on one line, its control characters escaped (it may quote a file or a server)."""
-    from roleagent.terminal import printable
-
-    return printable(" ".join(str(error).split()), lines=False)

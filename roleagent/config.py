@@ -13,6 +13,7 @@ prints them).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -195,8 +196,9 @@ class TrainConfig:
     checkpoint_every: int = _f(1, "save a resumable checkpoint every k iterations")
     threads: int = _f(0, "torch CPU threads (0: all cores)")
     report_to: list = _f(
-        ["jsonl", "tensorboard"],
-        "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio (pip install 'roleagent[trackers]')",
+        ["jsonl"],
+        "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "
+        "installed (pip install 'roleagent[tensorboard]', '[wandb]', '[trackio]'), else a config error",
     )
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -359,7 +361,9 @@ def resolve_recipe(path: str | Path) -> Path:
     if shipped.exists():
         return shipped
     names = sorted(p.stem for p in shipped.parent.glob("*.yaml"))
-    raise ConfigError(f"no recipe {str(path)!r}; shipped recipes: {', '.join(names)}")
+    close = difflib.get_close_matches(Path(path).stem, names, n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise ConfigError(f"no recipe {str(path)!r}; {hint}shipped recipes: {', '.join(names)}")
 
 
 def validate(cfg: TrainConfig) -> None:

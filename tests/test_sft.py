@@ -230,10 +230,10 @@ def test_interrupted_sft_resumes_to_the_same_weights_and_is_not_redone(tmp_path,
 
     real_epoch = sft_train.sft_epoch
 
-    def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch):
+    def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch, **kwargs):
         if epoch == 2:
             raise Killed
-        return real_epoch(policy, optimizer, examples, cfg, seed, epoch)
+        return real_epoch(policy, optimizer, examples, cfg, seed, epoch, **kwargs)
 
     monkeypatch.setattr(sft_train, "sft_epoch", dies_in_epoch_2)
     with pytest.raises(Killed):

@@ -22,4 +22,10 @@ def create_engine(name: str, policy: Any, **kwargs: Any) -> Engine:
     return load_object(resolve("engines", name, ENGINES))(policy, **kwargs)
 
 
-__all__ = ["ENGINES", "Engine", "Generation", "SamplingParams", "create_engine"]
+def loads_weights(name: str) -> bool:
+    """Whether engine ``name`` runs the policy's weights here (an OpenAI-compatible client
+    does not: the server has its own, and the client only tokenizes)."""
+    return getattr(load_object(resolve("engines", name, ENGINES)), "loads_weights", True)
+
+
+__all__ = ["ENGINES", "Engine", "Generation", "SamplingParams", "create_engine", "loads_weights"]

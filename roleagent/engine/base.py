@@ -51,6 +51,8 @@ class Engine(Protocol):
     max_prompt_tokens: int  # prompts are left-truncated to this many tokens
     generated_tokens: int  # running counters, for tokens/s metrics
     prompt_tokens: int  # prefilled prompt tokens (reused ones not counted)
+    # An engine class may set ``loads_weights = False`` (the OpenAI-compatible client): it
+    # then gets a policy with the tokenizer alone (``roleagent.models.loading.engine_policy``).
     # Engines with prefix reuse may also keep ``reused_prompt_tokens`` (a counter) and
     # ``prefix_cache`` (with ``nbytes``); the rollout metrics read them when present.
 

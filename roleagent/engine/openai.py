@@ -95,7 +95,10 @@ class ServerConfig:
 
 class OpenAIEngine:
     """An :class:`~roleagent.engine.base.Engine` whose generations come from an
-    OpenAI-compatible server; prompts are encoded locally with the policy's tokenizer."""
+    OpenAI-compatible server; prompts are encoded locally with the policy's tokenizer,
+    the only part of the policy it uses (no weights are loaded for it: ``loads_weights``)."""
+
+    loads_weights = False
 
     def __init__(self, policy: Any, *, max_batch: int = 32, max_prompt_tokens: int = 1024, server=None, **_: Any):
         server = server if server is not None else getattr(policy, "server", None) or ServerConfig()
@@ -356,6 +359,8 @@ def check_server_config(cfg) -> None:
             f"model.engine=openai cannot train (iterations={cfg.iterations}): {reason}; "
             "use it for evaluation (roleagent eval, iterations=0) or train with model.engine=hf"
         )
+    if cfg.sft.enabled:
+        raise ConfigError("model.engine=openai cannot fine-tune (sft.enabled): the server serves its own weights")
     if cfg.model.init_from:
         raise ConfigError(
             "model.engine=openai serves its own weights: serve model.init_from's model and drop init_from"

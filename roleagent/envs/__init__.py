@@ -44,6 +44,8 @@ register_env(
         requires=("bfcl_eval",),
         extra="bfcl",
         description="BFCL v3 multi-turn tool use with the official checkers",
+        # bfcl-eval declares an API-client stack it does not need: --no-deps (scripts/setup.sh)
+        install="pip install 'roleagent[bfcl]' && pip install --no-deps bfcl-eval==2025.6.8",
     )
 )
 register_env(

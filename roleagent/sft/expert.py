@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 
+from roleagent.progress import bar, phase
 from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
 from roleagent.sft.data import ChatExample, trajectory_examples
 from roleagent.types import Task, Trajectory
@@ -24,21 +25,31 @@ def expert_tasks(train_tasks: list[Task], n: int, *, seed: int, exclude: set[str
 
 
 def expert_trajectories(
-    engine, pool, tasks: list[Task], settings: RolloutSettings, *, seed: int = 0
+    engine, pool, tasks: list[Task], settings: RolloutSettings, *, seed: int = 0, quiet: bool = True
 ) -> list[Trajectory]:
-    """One expert episode per task (environment seed ``seed``), prompts as in ``settings``."""
+    """One expert episode per task (environment seed ``seed``), prompts as in ``settings``;
+    unless ``quiet``, a phase line and a bar over the turns (``roleagent.progress``)."""
     teacher = dataclasses.replace(settings, teacher="expert")
-    return run_episodes(engine=engine, pool=pool, jobs=[(t, seed) for t in tasks], settings=teacher)[0]
+    waves = -(-len(tasks) // pool.size)
+    phase(
+        f"expert: {len(tasks)} training tasks, {pool.size} at a time, up to {settings.max_steps} turns each",
+        quiet=quiet,
+    )
+    with bar(settings.max_steps * waves, "expert", "turn", quiet=quiet) as progress:
+        jobs = [(t, seed) for t in tasks]
+        return run_episodes(engine=engine, pool=pool, jobs=jobs, settings=teacher, progress=progress)[0]
 
 
-def play_expert(cfg, engine, n_tasks: int, *, workers: int = 4) -> tuple[list[ChatExample], dict[str, int]]:
+def play_expert(
+    cfg, engine, n_tasks: int, *, workers: int = 4, quiet: bool = True
+) -> tuple[list[ChatExample], dict[str, int]]:
     """Chat examples of the expert on ``n_tasks`` training tasks of ``cfg``'s environment
     (never a task of ``cfg``'s evaluation panels), prompted as ``cfg.rollout`` prompts."""
-    return expert_examples(play_expert_trajectories(cfg, engine, n_tasks, workers=workers)[0])
+    return expert_examples(play_expert_trajectories(cfg, engine, n_tasks, workers=workers, quiet=quiet)[0])
 
 
 def play_expert_trajectories(
-    cfg, engine, n_tasks: int, *, workers: int = 4
+    cfg, engine, n_tasks: int, *, workers: int = 4, quiet: bool = True
 ) -> tuple[list[Trajectory], RolloutSettings]:
     """:func:`play_expert`'s episodes, one per task, in :func:`expert_tasks`' order (so the
     first ``n`` of ``n + k`` tasks are the ``n`` that ``n_tasks=n`` plays), and the
@@ -52,7 +63,7 @@ def play_expert_trajectories(
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         tasks = expert_tasks(meta.tasks(e.train_split), n_tasks, seed=cfg.seed, exclude=exclude)
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
-        return expert_trajectories(engine, pool, tasks, settings, seed=cfg.seed), settings
+        return expert_trajectories(engine, pool, tasks, settings, seed=cfg.seed, quiet=quiet), settings
 
 
 def solved(trajectories: list[Trajectory]) -> list[Trajectory]:

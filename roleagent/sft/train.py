@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from roleagent.models.loading import SFT_INFO, Policy
+from roleagent.progress import bar, phase
 from roleagent.sft.data import EncodedExample
 from roleagent.trainer.checkpoint import CheckpointError, apply_checkpoint, find_checkpoint, save_checkpoint
 from roleagent.trainer.metrics import peak_rss_mb
@@ -107,10 +108,12 @@ def train_sft(
     seed: int = 0,
     base: dict | None = None,
     log=None,
+    quiet: bool = True,
 ) -> Path:
     """Fine-tune ``policy`` on ``examples`` (``cfg``: an ``SFTConfig``) into ``out``;
     resumes from ``out``'s newest epoch checkpoint; returns ``final_dir(out)``.
-    ``base`` ({"base", "base_init_from", "seed"}) names the model under LoRA adapters."""
+    ``base`` ({"base", "base_init_from", "seed"}) names the model under LoRA adapters.
+    Unless ``quiet``: a phase line, then a bar per epoch (``roleagent.progress``)."""
     out = Path(out)
     if is_finished(out):
         return final_dir(out)
@@ -120,8 +123,12 @@ def train_sft(
     optimizer = sft_optimizer(policy, cfg, total_steps=cfg.epochs * -(-len(examples) // cfg.batch_examples))
     digest = data_digest(examples)
     start = _resume(out, policy, optimizer.adamw, digest, log)
+    steps = -(-len(examples) // cfg.batch_examples)
+    resumed = f", resuming at epoch {start + 1}" if start else ""
+    phase(f"SFT: {len(examples)} examples, {cfg.epochs} epochs × {steps} steps{resumed}", quiet=quiet)
     for epoch in range(start, cfg.epochs):
-        record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch)
+        with bar(len(examples), f"SFT epoch {epoch + 1}/{cfg.epochs}", "ex", quiet=quiet) as progress:
+            record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch, progress=progress)
         with (out / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         if log is not None:
@@ -165,10 +172,13 @@ def _resume(out: Path, policy: Policy, optimizer, digest: str, log) -> int:
     return start
 
 
-def sft_epoch(policy: Policy, optimizer: Optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int) -> dict:
+def sft_epoch(
+    policy: Policy, optimizer: Optimizer, examples: list[EncodedExample], cfg, seed: int, epoch: int, progress=None
+) -> dict:
     """One pass over ``examples`` in ``cfg.batch_examples``-example steps (order seeded by
     ``seed`` and ``epoch``); returns the epoch's metrics record. A step with a non-finite
-    gradient norm is skipped and counted (``nonfinite_skipped``), as in RL."""
+    gradient norm is skipped and counted (``nonfinite_skipped``), as in RL. ``progress``
+    (a tqdm bar) advances by each step's examples."""
     order = list(range(len(examples)))
     random.Random(f"{seed}/{epoch}").shuffle(order)
     policy.model.train()
@@ -178,6 +188,9 @@ def sft_epoch(policy: Policy, optimizer: Optimizer, examples: list[EncodedExampl
         batch = [examples[i] for i in order[start : start + cfg.batch_examples]]
         optimizer.zero_grad()
         loss, n = sft_step_loss(policy, batch, cfg.micro_batch_tokens)
+        if progress is not None:
+            progress.update(len(batch))
+            progress.set_postfix(loss=f"{loss:.3f}", refresh=False)
         if optimizer.step() is None:
             skipped += 1
             continue

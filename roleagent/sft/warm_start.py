@@ -103,7 +103,9 @@ def play_expert_data(trainer, out: Path) -> None:
         _warn(f"sft.predictor_eval_tasks={held_out}: only {room} training tasks left after the SFT tasks")
         held_out = room
     tasks = expert_tasks(trainer.train_tasks, n + held_out, seed=cfg.seed, exclude=exclude)
-    trajectories = expert_trajectories(trainer.engine, trainer.pool, tasks, trainer.settings, seed=cfg.seed)
+    trajectories = expert_trajectories(
+        trainer.engine, trainer.pool, tasks, trainer.settings, seed=cfg.seed, quiet=trainer.quiet
+    )
     chat, counts = expert_examples(trajectories[:n])
     if not chat:
         raise RuntimeError(f"the expert solved none of {n} training tasks: no SFT data")
@@ -152,7 +154,7 @@ def run_sft(trainer, out: Path) -> Path:
     policy = policy_from_config(m, seed=cfg.seed, init_from=m.init_from)
     base = {"base": m.name, "base_init_from": m.init_from, "seed": cfg.seed}
     log = None if trainer.quiet else _warn
-    return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log)
+    return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log, quiet=trainer.quiet)
 
 
 def _saved(out: Path, name: str = "evals.json") -> dict:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from roleagent.evaluation import replay_crashed, sample_seed
+from roleagent.fields import ConfigError
 from roleagent.rollout import RolloutSettings, run_episodes
 from roleagent.trainer.run_files import EvalResult, dump_trajectories
 from roleagent.types import Task, Trajectory
@@ -56,10 +57,16 @@ def evaluate_checkpoint(cfg, run: Path, label: str, *, quiet: bool = False) -> l
     ``cfg`` (RUN's config), by a trainer whose run folder is ``cfg.run_dir``, the
     evaluation's own (``RUN/eval`` or ``--out``): RUN's files are only read. Raises
     :class:`~roleagent.trainer.checkpoint.CheckpointError` when RUN holds no checkpoint."""
+    from roleagent.engine import loads_weights
     from roleagent.run_config import resolve_recorded
     from roleagent.trainer import Trainer
     from roleagent.trainer.checkpoint import CheckpointError, apply_weights, checkpoint_candidates, find_checkpoint
 
+    if not loads_weights(cfg.model.engine):
+        raise ConfigError(
+            f"model.engine={cfg.model.engine} evaluates the server's own weights, not {run}'s checkpoint: "
+            f"export it (roleagent export {run} --merge-lora --out DIR), serve DIR and evaluate with a recipe"
+        )
     if not checkpoint_candidates(run):
         raise CheckpointError(
             f"{run} holds no checkpoint (no {run / 'checkpoints'}/iter_*): nothing to evaluate; "

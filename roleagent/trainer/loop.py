@@ -41,7 +41,8 @@ from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
 from roleagent.methods import MethodContext, build_methods
-from roleagent.models.loading import policy_from_config
+from roleagent.models.hub import check_hub_model
+from roleagent.models.loading import engine_policy
 from roleagent.rollout import rollout_settings
 from roleagent.run_config import portable, recorded_config, same_init
 from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records
@@ -74,6 +75,7 @@ class Trainer:
         self.cfg = cfg
         self.quiet = quiet
         self.run_dir = Path(cfg.run_dir)
+        check_hub_model(cfg.model.name)  # an unreachable HF id: one line, before the run folder is made
         (self.run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
         self._lock = RunDirLock(self.run_dir)  # before anything in run_dir is touched
         try:
@@ -94,8 +96,8 @@ class Trainer:
 
         m, r = cfg.model, cfg.rollout
         self.init_from = warm_start_weights(cfg) or m.init_from  # the weights under the adapters
-        self.policy = policy_from_config(m, seed=cfg.seed, init_from=self.init_from)
-        if m.gradient_checkpointing:
+        self.policy = engine_policy(m, seed=cfg.seed, init_from=self.init_from)  # model None: a served model
+        if m.gradient_checkpointing and self.policy.model is not None:
             self.policy.model.gradient_checkpointing_enable()
         reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
         self.engine = create_engine(
@@ -124,7 +126,11 @@ class Trainer:
         self.finished = False  # the run's final evaluation is already on disk
         self._metrics_position: dict | None = None
         lora, device = self.policy.lora, self.policy.device
-        if resume and (loaded := find_checkpoint(self.run_dir, lora=lora, device=device, warn=self._warn)):
+        if (
+            resume
+            and self.policy.model is not None
+            and (loaded := find_checkpoint(self.run_dir, lora=lora, device=device, warn=self._warn))
+        ):
             self._restore(loaded)
 
     # ------------------------------------------------------------ components ---------
@@ -152,6 +158,9 @@ class Trainer:
     def reset_objective(self) -> None:
         """A fresh objective stage (optimizer, KL reference) and critic for the policy's current weights."""
         cfg = self.cfg
+        if self.policy.model is None:  # a served model: evaluation only (check_server_config)
+            self.critic = self.objective = None
+            return
         self.critic = build_critic(cfg, self.policy, self.init_from)
         self.objective = self._stage(
             "objective",

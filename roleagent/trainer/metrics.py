@@ -1,5 +1,7 @@
-"""Metrics to ``metrics.jsonl`` (one JSON object per record) and, when installed, TensorBoard,
-W&B and trackio (``report_to``, as in TRL).
+"""Metrics to ``metrics.jsonl`` (one JSON object per record) and to the TensorBoard, W&B and
+trackio sinks that ``report_to`` names (as in TRL). One rule for every sink: ``report_to``
+defaults to ``[jsonl]``, and a sink it names whose package is not installed is a config
+error naming its install command (:func:`check_report_to`), never skipped.
 
 Exactly once across kills: a checkpoint stores :meth:`MetricsWriter.position` (byte length
 and SHA-256 of the file so far); a resumed run rewinds the file (:meth:`MetricsWriter.rewind`) to
@@ -30,21 +32,18 @@ from roleagent.types import Trajectory
 
 
 class MetricsWriter:
-    """``metrics.jsonl`` always; TensorBoard events (``tensorboard``, when installed); and the
-    optional trackers of ``report_to`` (:data:`TRACKERS`: ``wandb``, ``trackio``)."""
+    """``metrics.jsonl`` always; TensorBoard events (``tensorboard``); and the optional
+    trackers of ``report_to`` (:data:`TRACKERS`: ``wandb``, ``trackio``)."""
 
     def __init__(
-        self, run_dir: Path, *, tensorboard: bool = True, report_to: Sequence[str] = (), config: dict | None = None
+        self, run_dir: Path, *, tensorboard: bool = False, report_to: Sequence[str] = (), config: dict | None = None
     ):
         self.path = run_dir / "metrics.jsonl"
         self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+        if tensorboard:  # installed: check_report_to
+            from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-            except Exception:  # noqa: BLE001 - tensorboard is optional
-                self._tb = None
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
         self._trackers = [TRACKERS[name](run_dir, config or {}) for name in report_to if name in TRACKERS]
 
     @classmethod
@@ -130,7 +129,7 @@ def tracker_scalars(record: dict[str, Any]) -> dict[str, float]:
 
 
 class WandbTracker:
-    """Weights & Biases (``pip install 'roleagent[trackers]'``); ``WANDB_MODE=offline``
+    """Weights & Biases (``pip install 'roleagent[wandb]'``); ``WANDB_MODE=offline``
     writes the run under ``run_dir/wandb`` without a network; ``WANDB_PROJECT`` names the
     project (default ``roleagent``)."""
 
@@ -153,7 +152,7 @@ class WandbTracker:
 
 
 class TrackioTracker:
-    """trackio (``pip install 'roleagent[trackers]'``): a local, W&B-compatible tracker;
+    """trackio (``pip install 'roleagent[trackio]'``): a local, W&B-compatible tracker;
     runs are kept in its local database (``TRACKIO_DIR``), project ``TRACKIO_PROJECT``
     (default ``roleagent``)."""
 
@@ -179,11 +178,14 @@ class TrackioTracker:
 #: and ``tensorboard`` is the writer's own.
 TRACKERS = {"wandb": WandbTracker, "trackio": TrackioTracker}
 REPORT_TO = ("jsonl", "tensorboard", *TRACKERS)
+#: The module each optional sink needs; its pip extra has the sink's name (pyproject.toml).
+SINK_MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
 
 
 def check_report_to(report_to: Sequence[str]) -> None:
     """``report_to`` names known sinks, once each, with ``jsonl`` (the run's own record,
-    which resuming relies on); a tracker's package is installed. Raises ``ConfigError``."""
+    which resuming relies on); every other sink named is installed, else the error names
+    its install command (one rule for all sinks). Raises ``ConfigError``."""
     from roleagent.fields import ConfigError
 
     unknown = [name for name in report_to if name not in REPORT_TO]
@@ -194,8 +196,10 @@ def check_report_to(report_to: Sequence[str]) -> None:
     if "jsonl" not in report_to:
         raise ConfigError("report_to must include 'jsonl': metrics.jsonl is the run's record (checkpoints rely on it)")
     for name in report_to:
-        if name in TRACKERS and importlib.util.find_spec(name) is None:
-            raise ConfigError(f"report_to: {name} is not installed: pip install 'roleagent[trackers]'")
+        if name in SINK_MODULES and importlib.util.find_spec(SINK_MODULES[name]) is None:
+            raise ConfigError(
+                f"report_to: {name} is not installed: pip install 'roleagent[{name}]' (or drop it from report_to)"
+            )
 
 
 def reuse_metrics(stats) -> dict[str, float]:
