@@ -114,13 +114,14 @@ def train_examples(trainer, out: Path) -> list[ChatExample]:
     return [e for role in ROLES for e in _examples(out / train_file(role))]
 
 
-def competence(engine, cfg, env, data: Path):
+def competence(engine, cfg, env, data: Path, limit: int = 0):
     """(generator, verifier) competence of ``engine`` on ``data``'s held-out examples
-    (None for a role without any): the generator samples as the PG phase does
+    (the first ``limit`` of each role, 0: all; None for a role without any): the
+    generator samples as the PG phase does
     (``rollout.temperature``, ``rollout.top_p``, ``asl.pg_max_new_tokens``), the verifier
     is greedy (``asl.grm_max_new_tokens``); ``env``'s retriever checks the answers."""
     generator = verifier = None
-    if held := _examples(data / valid_file("generator")):
+    if held := _examples(data / valid_file("generator"))[: limit or None]:
         texts, cut = generate(engine, held, max_new_tokens=cfg.asl.pg_max_new_tokens,
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)  # fmt: skip
         retriever = getattr(env, "retriever", None)
@@ -129,7 +130,7 @@ def competence(engine, cfg, env, data: Path):
                                          topk=getattr(env, "topk", 3), seen_questions=seen)  # fmt: skip
         for row, example in zip(generator.rows, held):
             row.update(role="generator", task=example.meta["task"], prompt=example.meta["prompt"])
-    if held := _examples(data / valid_file("verifier")):
+    if held := _examples(data / valid_file("verifier"))[: limit or None]:
         texts, cut = generate(engine, held, max_new_tokens=cfg.asl.grm_max_new_tokens, temperature=0.0)
         verifier = verifier_competence(texts, [e.meta["label"] for e in held], cut)
         for row, example in zip(verifier.rows, held):
@@ -168,14 +169,14 @@ def _warn(message: str) -> None:
 # ------------------------------------------------------------------ command line -----
 
 USAGE = """python -m roleagent.sft.asl_warm_start data RECIPE --out DIR [--set KEY=VALUE]
-python -m roleagent.sft.asl_warm_start eval RECIPE --data DIR [--label L] [--set KEY=VALUE]
+python -m roleagent.sft.asl_warm_start eval RECIPE --data DIR [--label L] [--limit N] [--set KEY=VALUE]
 
 data: writes the role files of the module docstring into DIR (sft.asl_questions,
 sft.asl_eval_questions of the recipe; never a panel question) and DIR/asl_train.jsonl (both
 roles' SFT examples, for `roleagent sft --data`).
 eval: the recipe's policy (--set model.init_from=SFT/final for a checkpoint) on DIR's
-held-out examples; prints the summary line and the metrics as JSON, writes
-DIR/asl_roles_<label>.jsonl."""
+held-out examples (the first N of each role with --limit); prints the summary line and
+the metrics as JSON, writes DIR/asl_roles_<label>.jsonl."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="")
     parser.add_argument("--data", default="")
     parser.add_argument("--label", default="")
+    parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args(argv)
     cfg = load_config(args.recipe, args.set)
@@ -207,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     data = Path(args.data)
     label = args.label or (cfg.model.init_from or cfg.model.name)
-    generator, verifier = competence(_engine(cfg), cfg, env, data)
+    generator, verifier = competence(_engine(cfg), cfg, env, data, args.limit)
     rows = [r for part in (generator, verifier) if part is not None for r in part.rows]
     safe = "".join(c if c.isalnum() else "_" for c in label)
     (data / f"asl_roles_{safe}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
