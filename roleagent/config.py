@@ -375,8 +375,10 @@ def validate(cfg: TrainConfig) -> None:
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
-    if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data:
+    if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data and not cfg.sft.asl_roles:
         raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
+    if cfg.sft.enabled and cfg.sft.asl_roles and not cfg.asl.enabled:
+        raise ConfigError("sft.asl_roles needs asl.enabled (the roles' prompts are the ASL method's)")
     if cfg.sft.enabled and cfg.sft.predictor and not (cfg.wia.enabled and cfg.sft.expert_tasks > 0):
         raise ConfigError(
             "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"

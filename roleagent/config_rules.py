@@ -125,6 +125,8 @@ FIELD_RULES: dict[str, Rule] = {
     ),
     "sft.expert_tasks": count(0),
     "sft.predictor_eval_tasks": count(0),
+    "sft.asl_questions": count(1),
+    "sft.asl_eval_questions": count(0),
     "sft.data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
     "sft.epochs": count(1),
     "sft.lr": above(0),

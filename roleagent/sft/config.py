@@ -29,6 +29,20 @@ class SFTConfig:
         "sft.predictor: further training games the expert plays (never SFT data, never a panel game) whose "
         "transitions measure the predictor before and after SFT (wia_predictor/* metrics); 0 = no measurement",
     )
+    asl_roles: bool = _f(
+        False,
+        "also warm-start ASL's prompt generator and GRM (roleagent.sft.asl_roles): the training split's "
+        "labelled question/answer pairs become generator examples (the method's PG prompts, Figures 9-11, "
+        "with the pair as target) and verifier examples (the GRM prompt with the gold or another question's "
+        "answer, the exact-match verdict as target); an opt-in deviation from ASL's zero-data setting; "
+        "needs asl.enabled",
+    )
+    asl_questions: int = _f(512, "sft.asl_roles: training-split questions whose pairs become the roles' SFT examples")
+    asl_eval_questions: int = _f(
+        64,
+        "sft.asl_roles: further training-split questions (never SFT data, never a panel task) whose examples "
+        "measure the roles before and after SFT (asl_generator/*, asl_verifier/* metrics); 0 = no measurement",
+    )
     epochs: int = _f(3, "passes over the SFT examples")
     lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = _f("constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)")

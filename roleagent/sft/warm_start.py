@@ -9,6 +9,9 @@
    plays ``sft.predictor_eval_tasks`` more training games whose transitions
    (``predictor_valid.jsonl``) measure the predictor before and after SFT
    (``wia_predictor/*`` records of ``metrics.jsonl``, kept in ``predictor_evals.json``);
+   with ``sft.asl_roles`` also ASL's generator and verifier examples of the training
+   split's labelled pairs, measured before and after SFT on held-out questions
+   (``roleagent.sft.asl_warm_start``: ``asl_generator/*``, ``asl_verifier/*``);
 3. fine-tune a copy of the base (LoRA of rank ``model.lora_rank``, or all weights) into
    ``run_dir/sft`` (``roleagent.sft.train``, resumable per epoch);
 4. put the fine-tuned weights under the RL policy's fresh adapters, so the KL reference
@@ -28,6 +31,9 @@ import sys
 from pathlib import Path
 
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
+from roleagent.sft.asl_warm_start import EVALS as ASL_EVALS
+from roleagent.sft.asl_warm_start import measure_asl_roles
+from roleagent.sft.asl_warm_start import train_examples as asl_train_examples
 from roleagent.sft.data import encode_example, read_examples, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
 from roleagent.sft.predictor import encode_predictor, predictor_competence, predictor_examples, summary
@@ -60,6 +66,8 @@ def warm_start(trainer) -> None:
             _evaluate(trainer, "base", out)
     if not (trainer.init_from == final and "base" not in _saved(out, PREDICTOR_EVALS)):
         _measure_predictor(trainer, "base", out)
+    if not (trainer.init_from == final and "base" not in _saved(out, ASL_EVALS)):
+        measure_asl_roles(trainer, "base", out)
     if not is_finished(out):
         run_sft(trainer, out)
     if trainer.init_from != final:
@@ -72,6 +80,7 @@ def warm_start(trainer) -> None:
     if cfg.eval.at_start:
         _evaluate(trainer, "sft", out)
     _measure_predictor(trainer, "sft", out)
+    measure_asl_roles(trainer, "sft", out)
 
 
 def collect_examples(trainer, out: Path) -> list:
@@ -86,6 +95,8 @@ def collect_examples(trainer, out: Path) -> list:
             examples += read_examples(out / PREDICTOR_TRAIN)
     if cfg.sft.data:
         examples += read_examples(cfg.sft.data)
+    if cfg.sft.asl_roles:
+        examples += asl_train_examples(trainer, out)
     return examples
 
 
