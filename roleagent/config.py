@@ -32,7 +32,7 @@ from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.optim_config import OptimConfig
 from roleagent.plugins import did_you_mean
-from roleagent.sft.config import SFTConfig
+from roleagent.sft.config import SFTConfig, check_warm_start
 
 __all__ = [
     "AIWConfig",
@@ -375,14 +375,7 @@ def validate(cfg: TrainConfig) -> None:
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
-    if cfg.sft.enabled and cfg.sft.expert_tasks == 0 and not cfg.sft.data and not cfg.sft.asl_roles:
-        raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
-    if cfg.sft.enabled and cfg.sft.asl_roles and not cfg.asl.enabled:
-        raise ConfigError("sft.asl_roles needs asl.enabled (the roles' prompts are the ASL method's)")
-    if cfg.sft.enabled and cfg.sft.predictor and not (cfg.wia.enabled and cfg.sft.expert_tasks > 0):
-        raise ConfigError(
-            "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
-        )
+    check_warm_start(cfg)
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
     episodes = r.tasks_per_iter * r.group_size

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roleagent.fields import _f
+from roleagent.fields import ConfigError, _f
 
 
 @dataclass
@@ -52,3 +52,19 @@ class SFTConfig:
     batch_examples: int = _f(16, "examples per optimizer step (the loss is the token mean over their targets)")
     micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward (gradient accumulation beyond it)")
     grad_clip: float = _f(1.0, "gradient norm clip")
+
+
+def check_warm_start(cfg) -> None:
+    """Cross-field checks of the ``sft`` section against the run (``roleagent.config.validate``):
+    the warm start has data, and each role's warm start has the method whose prompts it uses."""
+    sft = cfg.sft
+    if not sft.enabled:
+        return
+    if sft.expert_tasks == 0 and not sft.data and not sft.asl_roles:
+        raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
+    if sft.asl_roles and not cfg.asl.enabled:
+        raise ConfigError("sft.asl_roles needs asl.enabled (the roles' prompts are the ASL method's)")
+    if sft.predictor and not (cfg.wia.enabled and sft.expert_tasks > 0):
+        raise ConfigError(
+            "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
+        )
