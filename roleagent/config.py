@@ -376,6 +376,10 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
         )
+    if cfg.sft.enabled and cfg.sft.analyst and not (cfg.aiw.enabled and cfg.aiw.analyst == "policy"):
+        raise ConfigError(
+            "sft.analyst needs aiw.enabled with aiw.analyst: policy (the policy is the analyst it trains)"
+        )
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
     episodes = r.tasks_per_iter * r.group_size

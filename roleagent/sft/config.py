@@ -29,6 +29,23 @@ class SFTConfig:
         "sft.predictor: further training games the expert plays (never SFT data, never a panel game) whose "
         "transitions measure the predictor before and after SFT (wia_predictor/* metrics); 0 = no measurement",
     )
+    analyst: bool = _f(
+        False,
+        "also warm-start the Agent-In-World analyst (roleagent.sft.analyst): the base policy plays "
+        "sft.analyst_tasks training games, and each failure becomes one more example, the AIW analysis "
+        "prompt (aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt, aiw.answer_prefix) with a "
+        "Figure-8 analysis built from the environment's rule diagnosis as target; needs aiw.enabled with "
+        "aiw.analyst: policy",
+    )
+    analyst_tasks: int = _f(16, "sft.analyst: training games the base policy plays for the analyst's examples")
+    analyst_episodes: int = _f(
+        2, "sft.analyst: episodes per game, sampled at rollout.temperature (only the failures give examples)"
+    )
+    analyst_eval_tasks: int = _f(
+        4,
+        "sft.analyst: further training games (never SFT data, never a panel game) whose failures measure "
+        "the analyst before and after SFT (aiw_analyst/* metrics); 0 = no measurement",
+    )
     epochs: int = _f(3, "passes over the SFT examples")
     lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = _f("constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)")
