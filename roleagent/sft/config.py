@@ -43,6 +43,23 @@ class SFTConfig:
         "sft.asl_roles: further training-split questions (never SFT data, never a panel task) whose examples "
         "measure the roles before and after SFT (asl_generator/*, asl_verifier/* metrics); 0 = no measurement",
     )
+    analyst: bool = _f(
+        False,
+        "also warm-start the Agent-In-World analyst (roleagent.sft.analyst): the base policy plays "
+        "sft.analyst_tasks training games, and each failure becomes one more example, the AIW analysis "
+        "prompt (aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt, aiw.answer_prefix) with a "
+        "Figure-8 analysis built from the environment's rule diagnosis as target; needs aiw.enabled with "
+        "aiw.analyst: policy",
+    )
+    analyst_tasks: int = _f(16, "sft.analyst: training games the base policy plays for the analyst's examples")
+    analyst_episodes: int = _f(
+        2, "sft.analyst: episodes per game, sampled at rollout.temperature (only the failures give examples)"
+    )
+    analyst_eval_tasks: int = _f(
+        4,
+        "sft.analyst: further training games (never SFT data, never a panel game) whose failures measure "
+        "the analyst before and after SFT (aiw_analyst/* metrics); 0 = no measurement",
+    )
     epochs: int = _f(3, "passes over the SFT examples")
     lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = _f("constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)")
@@ -67,4 +84,8 @@ def check_warm_start(cfg) -> None:
     if sft.predictor and not (cfg.wia.enabled and sft.expert_tasks > 0):
         raise ConfigError(
             "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
+        )
+    if sft.analyst and not (cfg.aiw.enabled and cfg.aiw.analyst == "policy"):
+        raise ConfigError(
+            "sft.analyst needs aiw.enabled with aiw.analyst: policy (the policy is the analyst it trains)"
         )

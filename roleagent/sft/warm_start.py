@@ -12,6 +12,11 @@
    with ``sft.asl_roles`` also ASL's generator and verifier examples of the training
    split's labelled pairs, measured before and after SFT on held-out questions
    (``roleagent.sft.asl_warm_start``: ``asl_generator/*``, ``asl_verifier/*``);
+   with ``sft.analyst`` the base policy plays ``sft.analyst_tasks`` training games and
+   ``sft.analyst_eval_tasks`` held-out ones (never SFT data), and their failures become the
+   Agent-In-World analyst's examples (``analyst.jsonl``, ``analyst_valid.jsonl``,
+   ``roleagent.sft.analyst``), the held-out ones measured before and after SFT
+   (``aiw_analyst/*`` records, kept in ``analyst_evals.json``);
 3. fine-tune a copy of the base (LoRA of rank ``model.lora_rank``, or all weights) into
    ``run_dir/sft`` (``roleagent.sft.train``, resumable per epoch);
 4. put the fine-tuned weights under the RL policy's fresh adapters, so the KL reference
@@ -31,6 +36,8 @@ import sys
 from pathlib import Path
 
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
+from roleagent.rollout import run_episodes
+from roleagent.sft import analyst as analyst_sft
 from roleagent.sft.asl_warm_start import EVALS as ASL_EVALS
 from roleagent.sft.asl_warm_start import measure_asl_roles
 from roleagent.sft.asl_warm_start import train_examples as asl_train_examples
@@ -40,6 +47,7 @@ from roleagent.sft.predictor import encode_predictor, predictor_competence, pred
 from roleagent.sft.train import final_dir, is_finished, train_sft
 
 PREDICTOR_TRAIN, PREDICTOR_VALID, PREDICTOR_EVALS = "predictor.jsonl", "predictor_valid.jsonl", "predictor_evals.json"
+ANALYST_TRAIN, ANALYST_VALID, ANALYST_EVALS = "analyst.jsonl", "analyst_valid.jsonl", "analyst_evals.json"
 
 
 def sft_dir(cfg) -> Path:
@@ -68,6 +76,8 @@ def warm_start(trainer) -> None:
         _measure_predictor(trainer, "base", out)
     if not (trainer.init_from == final and "base" not in _saved(out, ASL_EVALS)):
         measure_asl_roles(trainer, "base", out)
+    if not (trainer.init_from == final and "base" not in _saved(out, ANALYST_EVALS)):
+        _measure_analyst(trainer, "base", out)
     if not is_finished(out):
         run_sft(trainer, out)
     if trainer.init_from != final:
@@ -81,6 +91,7 @@ def warm_start(trainer) -> None:
         _evaluate(trainer, "sft", out)
     _measure_predictor(trainer, "sft", out)
     measure_asl_roles(trainer, "sft", out)
+    _measure_analyst(trainer, "sft", out)
 
 
 def collect_examples(trainer, out: Path) -> list:
@@ -93,6 +104,10 @@ def collect_examples(trainer, out: Path) -> list:
         examples += read_examples(out / "expert.jsonl")
         if cfg.sft.predictor:
             examples += read_examples(out / PREDICTOR_TRAIN)
+    if cfg.sft.analyst:
+        play_analyst_data(trainer, out)
+        if (out / ANALYST_TRAIN).stat().st_size:
+            examples += read_examples(out / ANALYST_TRAIN)
     if cfg.sft.data:
         examples += read_examples(cfg.sft.data)
     if cfg.sft.asl_roles:
@@ -130,6 +145,57 @@ def play_expert_data(trainer, out: Path) -> None:
     (out / "expert_counts.json").write_text(json.dumps(counts))
     if not (out / "expert.jsonl").exists():
         write_examples(out / "expert.jsonl", chat)
+
+
+def play_analyst_data(trainer, out: Path) -> None:
+    """Let the base policy play ``sft.analyst_episodes`` episodes of each of
+    ``sft.analyst_tasks`` training games (the first of :func:`expert_tasks`' order) and of
+    ``sft.analyst_eval_tasks`` held-out games (after every game the expert plays, so never
+    SFT data), unless their files are written; their failures become analyst examples."""
+    cfg, sft = trainer.cfg, trainer.cfg.sft
+    if (out / ANALYST_TRAIN).exists() and (out / ANALYST_VALID).exists():
+        return
+    exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
+    start = max(sft.expert_tasks + (sft.predictor_eval_tasks if sft.predictor else 0), sft.analyst_tasks)
+    room = sum(t.id not in exclude for t in trainer.train_tasks)
+    held_out = max(min(sft.analyst_eval_tasks, room - start), 0)
+    if held_out < sft.analyst_eval_tasks:
+        _warn(f"sft.analyst_eval_tasks={sft.analyst_eval_tasks}: only {held_out} training games left for it")
+    tasks = expert_tasks(trainer.train_tasks, min(start, room) + held_out, seed=cfg.seed, exclude=exclude)
+    counts = {}
+    for name, games in ((ANALYST_TRAIN, tasks[: sft.analyst_tasks]), (ANALYST_VALID, tasks[start:])):
+        jobs = [(t, cfg.seed + k) for t in games for k in range(sft.analyst_episodes)]
+        played = run_episodes(engine=trainer.engine, pool=trainer.pool, jobs=jobs, settings=trainer.settings)[0]
+        made = analyst_sft.analyst_examples(
+            played, trainer.pool.meta.failure_taxonomy, cfg.aiw, diagnose=trainer.pool.diagnose
+        )
+        key = name.removesuffix(".jsonl")
+        counts[key + "_episodes"], counts[key + "_examples"] = len(played), write_examples(out / name, made)
+    (out / "analyst_counts.json").write_text(json.dumps(counts))
+
+
+def _measure_analyst(trainer, label: str, out: Path) -> None:
+    """The analyst's held-out competence (``roleagent.sft.analyst``) as policy ``label``,
+    measured once: a ``{"analyst": label, "aiw_analyst/...": ...}`` record in
+    ``metrics.jsonl`` and a line in the log."""
+    cfg = trainer.cfg
+    if not (cfg.sft.analyst and cfg.sft.analyst_eval_tasks > 0):
+        return
+    saved = _saved(out, ANALYST_EVALS)
+    if label not in saved:
+        play_analyst_data(trainer, out)
+        if not (out / ANALYST_VALID).stat().st_size:
+            _warn("sft.analyst: the policy failed no held-out game: no analyst measurement")
+            return
+        valid = read_examples(out / ANALYST_VALID)
+        taxonomy = trainer.pool.meta.failure_taxonomy
+        result = analyst_sft.analyst_competence(trainer.engine, valid, taxonomy, cfg.aiw)
+        saved[label] = {"metrics": result.metrics, "line": analyst_sft.summary(label, result)}
+        write_jsonl(out / f"analyst_{label}.jsonl", result.rows)
+        _save(out, ANALYST_EVALS, saved)
+    trainer.metrics.write({"analyst": label, **saved[label]["metrics"]})
+    if not trainer.quiet:
+        _warn(saved[label]["line"])
 
 
 def _measure_predictor(trainer, label: str, out: Path) -> None:

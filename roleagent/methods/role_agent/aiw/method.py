@@ -18,13 +18,11 @@ from roleagent.engine.base import SamplingParams
 from roleagent.methods.base import Method
 from roleagent.methods.role_agent.aiw.agent_in_world import AgentInWorld
 from roleagent.methods.role_agent.aiw.prompts import (
-    ANALYSIS_ANSWER_PREFIX,
-    ANALYSIS_STOP,
-    ANALYSIS_STOP_AFTER_PREFIX,
     RETRIEVAL_ANSWER_PREFIX,
     RETRIEVAL_STOP,
     RETRIEVAL_STOP_AFTER_PREFIX,
 )
+from roleagent.methods.role_agent.aiw.roles import analyst_prefix, analyst_stop
 from roleagent.types import Task
 
 #: A shared prefix shorter than this is not worth a separate prefill call.
@@ -88,7 +86,6 @@ class AgentInWorldMethod(Method):
     def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
         cfg, engine = self.config, getattr(self.context, "engine", None)
         reused_before = getattr(engine, "reused_prompt_tokens", 0)
-        prefix = ANALYSIS_ANSWER_PREFIX if cfg.answer_prefix else ""
         metrics = self.aiw.process_failures(
             trajectories,
             iteration=iteration,
@@ -96,8 +93,8 @@ class AgentInWorldMethod(Method):
             generate=self._role(
                 cfg.analysis_max_new_tokens,
                 cfg.reflection_temperature,
-                ANALYSIS_STOP_AFTER_PREFIX if prefix else ANALYSIS_STOP,
-                response_prefix=prefix,
+                analyst_stop(cfg),
+                response_prefix=analyst_prefix(cfg),
             ),
             retrieval_generate=self._role(
                 cfg.retrieval_max_new_tokens,
@@ -115,7 +112,7 @@ class AgentInWorldMethod(Method):
         returned with its ``response_prefix``, as if the model had written it; the prompts'
         shared prefix is prefilled once first (:func:`prime_shared_prefix`)."""
         chat, engine = self.context.chat, getattr(self.context, "engine", None)
-        stop = stop if self.config.stop_at_close else ()
+        stop = stop if self.config.stop_at_close else ()  # analyst_stop(cfg) already is
 
         def generate(conversations):
             prime_shared_prefix(engine, conversations, response_prefix)

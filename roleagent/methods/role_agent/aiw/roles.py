@@ -10,7 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from roleagent.methods.role_agent.aiw.prompts import ANALYSIS_ANSWER_PREFIX, analysis_messages
+from roleagent.methods.role_agent.aiw.prompts import (
+    ANALYSIS_ANSWER_PREFIX,
+    ANALYSIS_STOP,
+    ANALYSIS_STOP_AFTER_PREFIX,
+    analysis_messages,
+)
 from roleagent.methods.role_agent.aiw.reflection import (
     Reflection,
     fallback_reflection,
@@ -36,7 +41,20 @@ def _ask(generate: Generate, prompts: list[Messages]) -> list[str]:
     return [str(o or "") for o in outputs]
 
 
-def _parse(answer: str, taxonomy: Sequence[str], cfg: AIWConfig) -> Reflection | None:
+def analyst_prefix(cfg: AIWConfig) -> str:
+    """Where the policy analyst's answer starts (prefilled with ``aiw.answer_prefix``)."""
+    return ANALYSIS_ANSWER_PREFIX if cfg.answer_prefix else ""
+
+
+def analyst_stop(cfg: AIWConfig) -> tuple[str, ...]:
+    """The policy analyst's stop strings (``aiw.stop_at_close``; more once the answer was
+    started for it); ``()``: it writes until EOS or ``aiw.analysis_max_new_tokens``."""
+    if not cfg.stop_at_close:
+        return ()
+    return ANALYSIS_STOP_AFTER_PREFIX if cfg.answer_prefix else ANALYSIS_STOP
+
+
+def parse_answer(answer: str, taxonomy: Sequence[str], cfg: AIWConfig) -> Reflection | None:
     """``parse_reflection``, except that an answer we started (``aiw.answer_prefix``) whose
     type maps to no label counts as unparsable: the ``DOMINANT_TYPE:`` key is ours, not the
     model's, so it is no evidence of a type, and the rule diagnosis takes over as it does
@@ -73,7 +91,7 @@ def analyse(
                 for t in trajs
             ],
         )
-        parsed = [_parse(o, taxonomy, cfg) for o in raws]
+        parsed = [parse_answer(o, taxonomy, cfg) for o in raws]
     out: list[Reflection] = []
     for traj, ref in zip(trajs, parsed):
         if ref is None:
