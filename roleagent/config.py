@@ -376,6 +376,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
         )
+    if cfg.sft.enabled and cfg.sft.judge and not cfg.agent_r.enabled:
+        raise ConfigError("sft.judge needs agent_r.enabled (its tree search and judge settings)")
     check_env(cfg.env.name, cfg.env.kwargs)
     r, o = cfg.rollout, cfg.optim
     episodes = r.tasks_per_iter * r.group_size
