@@ -153,6 +153,7 @@ def test_competence_on_the_docstring_example():
     assert m["agent_r_judge/parsed"] == pytest.approx(2 / 3)
     assert m["agent_r_judge/agreement"] == 0.5  # n5 gets no Bad and is no leaf
     assert m["agent_r_judge/always_bad_agreement"] == 0.5  # n5 is at step 0
+    assert m["agent_r_judge/direct_revision_agreement"] == 0.0  # n3 and n5 both have children
     assert m["agent_r_judge/step_accuracy"] == pytest.approx(2 / 3)
     assert m["agent_r_judge/truncated"] == pytest.approx(1 / 3)
     assert (m["agent_r_judge/transitions"], m["agent_r_judge/steps"]) == (2, 3)
@@ -165,6 +166,7 @@ def test_competence_agreement_cases():
     # no Bad verdict: the method falls back to the path's last step, right only for a leaf
     assert competence(metas, ["good", "good", "uncertain"]).metrics["agent_r_judge/agreement"] == 0.5
     assert competence(metas, ["good", "bad", "bad"]).metrics["agent_r_judge/agreement"] == 1.0
+    assert competence(metas, [None] * 3).metrics["agent_r_judge/direct_revision_agreement"] == 0.5
     with pytest.raises(ValueError, match="verdicts"):
         competence(metas, ["good"])
 

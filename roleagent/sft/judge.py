@@ -44,13 +44,15 @@ judged as the method judges (``judge_steps``: greedy, ``agent_r.judge_max_new_to
   Bad verdict among steps 0..t*; none: the path's last step, the method's direct revision)
   equals t* (goal ≥ 0.6). Stricter than the method, which judges only the steps after the
   prefix a bad path shares with its paired good path (all ≤ t*);
-- ``agent_r_judge/always_bad_agreement``: the agreement a judge answering Bad to every
-  step would get (share of transitions at step 0), the reference agreement must beat;
+- ``agent_r_judge/always_bad_agreement`` and ``direct_revision_agreement``: the agreement
+  of a judge answering Bad to every step (share of transitions at step 0) and of one that
+  never gives a verdict (direct revision: share of transitions at their path's last step),
+  the references agreement must beat;
 - ``agent_r_judge/step_accuracy``, ``truncated``, ``verdict_bad``, ``transitions``, ``steps``.
 
 Example: transitions n3 (chain n1 n3) and n5 (chain n5), verdicts n1 Good, n3 Bad, n5
 None → parsed 2/3, agreement 1/2 (n5 gets no Bad: t' is its path's last step n6, not n5),
-always_bad_agreement 1/2, step_accuracy 2/3.
+always_bad_agreement 1/2, direct_revision_agreement 0 (neither ends its path), step_accuracy 2/3.
 """
 
 from __future__ import annotations
@@ -172,13 +174,14 @@ def competence(
         raise ValueError(f"{len(metas)} judged steps but {len(verdicts)} verdicts")
     cut = list(truncated) if truncated is not None else [False] * len(metas)
     said = {(m["task"], m["seed"], m["node"]): v for m, v in zip(metas, verdicts)}
-    agree, first = [], []
+    agree, first, last = [], [], []
     for m in (m for m in metas if m["label"] == "bad"):
         judged = [said[(m["task"], m["seed"], node)] for node in m["path"]]
         bad = next((i for i, v in enumerate(judged) if v == "bad"), None)
         # no Bad verdict up to t*: the method's t' is a later Bad step or the path's last step
         agree.append(bad == len(judged) - 1 if bad is not None else bool(m["leaf"]))
         first.append(len(judged) == 1)
+        last.append(bool(m["leaf"]))
     n = len(metas)
 
     def share(values) -> float:
@@ -189,6 +192,7 @@ def competence(
         "agent_r_judge/parsed": share(v is not None for v in verdicts),
         "agent_r_judge/agreement": share(agree),
         "agent_r_judge/always_bad_agreement": share(first),
+        "agent_r_judge/direct_revision_agreement": share(last),
         "agent_r_judge/step_accuracy": share(v == m["label"] for m, v in zip(metas, verdicts)),
         "agent_r_judge/verdict_bad": share(v == "bad" for v in verdicts),
         "agent_r_judge/truncated": share(cut),
@@ -222,7 +226,8 @@ def summary(label: str, result: Competence) -> str:
     return (
         f"Agent-R judge ({label}): parsed {100 * m['agent_r_judge/parsed']:.1f}%, agreement with the tree's "
         f"transition point {100 * m['agent_r_judge/agreement']:.1f}% (always Bad: "
-        f"{100 * m['agent_r_judge/always_bad_agreement']:.1f}%), step accuracy "
+        f"{100 * m['agent_r_judge/always_bad_agreement']:.1f}%, direct revision: "
+        f"{100 * m['agent_r_judge/direct_revision_agreement']:.1f}%), step accuracy "
         f"{100 * m['agent_r_judge/step_accuracy']:.1f}%, truncated {100 * m['agent_r_judge/truncated']:.1f}% over "
         f"{m['agent_r_judge/transitions']:.0f} held-out transitions ({m['agent_r_judge/steps']:.0f} steps)"
     )
