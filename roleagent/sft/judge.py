@@ -249,9 +249,10 @@ def judge_goals(train_tasks, exclude: set[str], *, seed: int, skip: int, tasks: 
     return order[:tasks], order[start : start + valid]
 
 
-def grow_trees(cfg, engine, pool, goals, settings) -> list:
+def grow_trees(cfg, engine, pool, goals, settings, progress=None) -> list:
     """One Agent-R tree per goal (environment seed ``cfg.seed``), searched as the method
-    searches (``agent_r.*`` MCTS settings) with ``engine``'s policy."""
+    searches (``agent_r.*`` MCTS settings) with ``engine``'s policy; ``progress`` (a tqdm
+    bar or None) counts the search's rounds."""
     import random
 
     from roleagent.methods.agent_r.mcts import MCTSSettings, search_trees
@@ -259,13 +260,17 @@ def grow_trees(cfg, engine, pool, goals, settings) -> list:
     a = cfg.agent_r
     mcts = MCTSSettings(a.mcts_iterations, a.max_depth, a.candidates, a.c_uct, a.temperature)
     rng = random.Random(f"{cfg.seed}/agent_r_judge")
-    return search_trees(engine, pool, [(goal, cfg.seed) for goal in goals], settings, mcts, rng)[0]
+    jobs = [(goal, cfg.seed) for goal in goals]
+    return search_trees(engine, pool, jobs, settings, mcts, rng, progress=progress)[0]
 
 
-def write_judge_data(cfg, engine, pool, train_tasks, exclude, settings, out, *, tasks: int, valid: int) -> dict:
+def write_judge_data(
+    cfg, engine, pool, train_tasks, exclude, settings, out, *, tasks: int, valid: int, progress=None
+) -> dict:
     """Trees of ``tasks`` training and ``valid`` held-out goals (:func:`judge_goals`) in
     ``out/trees_{train,valid}``, their examples in ``out/judge.jsonl`` and
-    ``out/judge_valid.jsonl``; returns the counts (also ``out/judge_counts.json``)."""
+    ``out/judge_valid.jsonl``; returns the counts (also ``out/judge_counts.json``).
+    ``progress(name)``, when given, makes the progress bar of a tree set's search."""
     import json
     from pathlib import Path
 
@@ -277,7 +282,7 @@ def write_judge_data(cfg, engine, pool, train_tasks, exclude, settings, out, *, 
     train, held_out = judge_goals(train_tasks, exclude, seed=cfg.seed, skip=skip, tasks=tasks, valid=valid)
     counts: dict[str, int] = {}
     for name, goals in (("train", train), ("valid", held_out)):
-        trees = grow_trees(cfg, engine, pool, goals, settings)
+        trees = grow_trees(cfg, engine, pool, goals, settings, progress and progress(name))
         save_trees(trees, out / f"trees_{name}")
         made = [e for t in trees for e in judge_examples(t, cfg.env.name, history=cfg.agent_r.judge_history)]
         write_examples(out / ("judge.jsonl" if name == "train" else "judge_valid.jsonl"), made)
@@ -349,7 +354,14 @@ def _data(cfg, engine, out, *, tasks: int, valid: int) -> dict:
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
         train = meta.tasks(e.train_split)
-        return write_judge_data(cfg, engine, pool, train, exclude, settings, out, tasks=tasks, valid=valid)
+        from tqdm import tqdm
+
+        def bar(name: str):
+            return tqdm(desc=f"Agent-R trees of the {name} goals", unit="round")
+
+        return write_judge_data(
+            cfg, engine, pool, train, exclude, settings, out, tasks=tasks, valid=valid, progress=bar
+        )
 
 
 if __name__ == "__main__":
