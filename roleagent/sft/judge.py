@@ -270,11 +270,13 @@ def write_judge_data(
     """Trees of ``tasks`` training and ``valid`` held-out goals (:func:`judge_goals`) in
     ``out/trees_{train,valid}``, their examples in ``out/judge.jsonl`` and
     ``out/judge_valid.jsonl``; returns the counts (also ``out/judge_counts.json``).
-    ``progress(name)``, when given, makes the progress bar of a tree set's search."""
+    ``progress(name)``, when given, makes the progress bar of a tree set's search. A tree
+    set whose folder and examples file exist is read back, not grown again (a rerun after
+    a stop continues with the next set)."""
     import json
     from pathlib import Path
 
-    from roleagent.methods.agent_r.mcts import save_trees
+    from roleagent.methods.agent_r.mcts import Tree, save_trees
     from roleagent.sft.data import write_examples
 
     out = Path(out)
@@ -282,10 +284,14 @@ def write_judge_data(
     train, held_out = judge_goals(train_tasks, exclude, seed=cfg.seed, skip=skip, tasks=tasks, valid=valid)
     counts: dict[str, int] = {}
     for name, goals in (("train", train), ("valid", held_out)):
-        trees = grow_trees(cfg, engine, pool, goals, settings, progress and progress(name))
-        save_trees(trees, out / f"trees_{name}")
+        folder, file = out / f"trees_{name}", out / ("judge.jsonl" if name == "train" else "judge_valid.jsonl")
+        if file.exists() and folder.is_dir():  # this set's trees are grown: a rerun reads them
+            trees = [Tree.from_json(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+        else:
+            trees = grow_trees(cfg, engine, pool, goals, settings, progress and progress(name))
+            save_trees(trees, folder)
         made = [e for t in trees for e in judge_examples(t, cfg.env.name, history=cfg.agent_r.judge_history)]
-        write_examples(out / ("judge.jsonl" if name == "train" else "judge_valid.jsonl"), made)
+        write_examples(file, made)
         successes = sum(any(tree.nodes[p[-1]].success for p in tree.leaf_paths()) for tree in trees)
         counts |= {f"{name}_trees": len(trees), f"{name}_trees_with_success": successes}
         counts |= {f"{name}_{v}": sum(e.meta["label"] == v for e in made) for v in ("good", "bad")}
