@@ -130,6 +130,8 @@ FIELD_RULES: dict[str, Rule] = {
     "sft.analyst_tasks": count(1),
     "sft.analyst_episodes": count(1),
     "sft.analyst_eval_tasks": count(0),
+    "sft.judge_tasks": count(1),
+    "sft.judge_eval_tasks": count(0),
     "sft.data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
     "sft.epochs": count(1),
     "sft.lr": above(0),

@@ -60,6 +60,19 @@ class SFTConfig:
         "sft.analyst: further training games (never SFT data, never a panel game) whose failures measure "
         "the analyst before and after SFT (aiw_analyst/* metrics); 0 = no measurement",
     )
+    judge: bool = _f(
+        False,
+        "also warm-start the Agent-R judge (roleagent.sft.judge, roleagent.sft.judge_stage): after the expert "
+        "SFT its policy grows Agent-R trees on training goals, each failed path's transition point (the first "
+        "step after which no successful path continues) becomes judge examples (Table 4 prompt and answer), "
+        "and a second SFT on them and the expert's examples follows; needs agent_r.enabled",
+    )
+    judge_tasks: int = _f(16, "sft.judge: training goals whose Agent-R trees give the judge's examples")
+    judge_eval_tasks: int = _f(
+        8,
+        "sft.judge: held-out goals (never SFT data, never a panel game) whose trees measure the judge before "
+        "and after its SFT (agent_r_judge/* metrics); 0 = no measurement",
+    )
     epochs: int = _f(3, "passes over the SFT examples")
     lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = _f("constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)")
@@ -89,3 +102,5 @@ def check_warm_start(cfg) -> None:
         raise ConfigError(
             "sft.analyst needs aiw.enabled with aiw.analyst: policy (the policy is the analyst it trains)"
         )
+    if sft.judge and not cfg.agent_r.enabled:
+        raise ConfigError("sft.judge needs agent_r.enabled (its tree search and judge settings)")

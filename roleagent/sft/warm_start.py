@@ -20,7 +20,9 @@
 3. fine-tune a copy of the base (LoRA of rank ``model.lora_rank``, or all weights) into
    ``run_dir/sft`` (``roleagent.sft.train``, resumable per epoch);
 4. put the fine-tuned weights under the RL policy's fresh adapters, so the KL reference
-   (adapters off) is the SFT policy, and evaluate it ("sft");
+   (adapters off) is the SFT policy; with ``sft.judge`` the Agent-R judge's warm start
+   follows (``roleagent.sft.judge_stage``: trees, judge examples, a second SFT into
+   ``run_dir/sft/judge``, ``agent_r_judge/*`` records); then evaluate it ("sft");
 
 then RL runs as usual and the final evaluation is "after". Every step is done once:
 evaluations are kept in ``run_dir/sft/evals.json`` (restored into the run's metrics
@@ -43,6 +45,7 @@ from roleagent.sft.asl_warm_start import measure_asl_roles
 from roleagent.sft.asl_warm_start import train_examples as asl_train_examples
 from roleagent.sft.data import encode_example, read_examples, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
+from roleagent.sft.judge_stage import judge_warm_start, judge_weights
 from roleagent.sft.predictor import encode_predictor, predictor_competence, predictor_examples, summary
 from roleagent.sft.train import final_dir, is_finished, train_sft
 
@@ -56,6 +59,8 @@ def sft_dir(cfg) -> Path:
 
 def warm_start_weights(cfg) -> str:
     """The finished SFT checkpoint a warm-started run's policy starts from, else ''."""
+    if judge_weights(cfg):
+        return judge_weights(cfg)
     if cfg.sft.enabled and is_finished(sft_dir(cfg)):
         return str(final_dir(sft_dir(cfg)))
     return ""
@@ -67,8 +72,9 @@ def warm_start(trainer) -> None:
     out = sft_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     final = str(final_dir(out))
+    held = {final, judge_weights(cfg)} - {""}  # the warm start's weights, the policy may hold them
     if cfg.eval.at_start:
-        if trainer.init_from == final and "base" not in _saved(out):
+        if trainer.init_from in held and "base" not in _saved(out):
             _warn("the policy already holds the SFT weights: no 'base' evaluation to restore")
         else:
             _evaluate(trainer, "base", out)
@@ -80,13 +86,14 @@ def warm_start(trainer) -> None:
         _measure_analyst(trainer, "base", out)
     if not is_finished(out):
         run_sft(trainer, out)
-    if trainer.init_from != final:
+    if trainer.init_from not in held:
         policy = trainer.policy
         dtype = next(policy.model.parameters()).dtype
         copy_base_weights(policy, load_init_model(cfg.model.name, final, dtype=dtype))
         trainer.init_from = final
         trainer.engine.weights_changed()
         trainer.reset_objective()  # its KL reference and optimizer belong to the new weights
+    judge_warm_start(trainer)
     if cfg.eval.at_start:
         _evaluate(trainer, "sft", out)
     _measure_predictor(trainer, "sft", out)

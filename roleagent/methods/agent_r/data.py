@@ -103,7 +103,7 @@ def judge_pairs(pairs: list[Pair], engine, env: str, *, history: int, max_new_to
     shared prefix (one batched generation of ``engine``); return every judgement."""
     requests, owners = [], []
     for pair in pairs:
-        steps = [(_action(pair.tree.nodes[i]), pair.tree.nodes[i].observation) for i in pair.bad]
+        steps = judged_steps(pair.tree, pair.bad)
         for index in range(pair.start, len(pair.bad)):
             requests.append((env, pair.tree.instruction, steps, index))
             owners.append(pair)
@@ -113,6 +113,12 @@ def judge_pairs(pairs: list[Pair], engine, env: str, *, history: int, max_new_to
         pair.answers.append(judgement.answer)
         pair.truncated.append(judgement.truncated)
     return judgements
+
+
+def judged_steps(tree, path: list[int]) -> list[tuple[str, str]]:
+    """``(action, observation)`` per node of ``path`` as the judge is shown them: the parsed
+    action, or ``(invalid output) <text>`` for an output without one."""
+    return [(_action(tree.nodes[i]), tree.nodes[i].observation) for i in path]
 
 
 def revision_example(pair: Pair, action_format: str, rng: random.Random) -> ChatExample:
