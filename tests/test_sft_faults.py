@@ -47,10 +47,10 @@ def test_a_torn_metrics_line_does_not_block_the_resume(tmp_path, engine, monkeyp
     data = examples_for(engine, 4)
     real_epoch = sft_train.sft_epoch
 
-    def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch):
+    def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch, **kwargs):
         if epoch == 2:
             raise Killed
-        return real_epoch(policy, optimizer, examples, cfg, seed, epoch)
+        return real_epoch(policy, optimizer, examples, cfg, seed, epoch, **kwargs)
 
     monkeypatch.setattr(sft_train, "sft_epoch", dies_in_epoch_2)
     with pytest.raises(Killed):
