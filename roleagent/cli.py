@@ -27,6 +27,7 @@ from pathlib import Path
 from roleagent.config import ConfigError, load_config, validate
 from roleagent.config_rules import explain
 from roleagent.fields import MAX_EPISODES
+from roleagent.sft.role_cli import load_engine
 from roleagent.terminal import one_line
 
 
@@ -157,20 +158,6 @@ def _sft_config(args: argparse.Namespace):
     return load_config(source, args.set)
 
 
-def _load_for_sft(cfg, *, lora: bool):
-    from roleagent.engine import create_engine
-    from roleagent.models.loading import engine_policy
-
-    if cfg.threads > 0:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
-    policy = engine_policy(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
-    if lora and policy.model is None:
-        raise ConfigError(f"model.engine={cfg.model.engine} runs no weights here: sft needs model.engine=hf")
-    return policy, create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
-
-
 def _expert_data(args: argparse.Namespace) -> int:
     from roleagent.sft.data import write_examples
     from roleagent.sft.expert import play_expert
@@ -178,7 +165,7 @@ def _expert_data(args: argparse.Namespace) -> int:
     if args.tasks < 1 or not 1 <= args.workers <= MAX_EPISODES:
         raise ConfigError(f"--tasks must be >= 1 and --workers in [1, {MAX_EPISODES}]")
     cfg = _sft_config(args)
-    _, engine = _load_for_sft(cfg, lora=False)
+    _, engine = load_engine(cfg, lora=False)
     examples, counts = play_expert(cfg, engine, args.tasks, workers=args.workers, quiet=False)
     write_examples(args.out, examples)
     print(f"{args.out}: {counts['examples']} examples from {counts['successes']}/{counts['episodes']} expert episodes")
@@ -206,7 +193,7 @@ def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int
     from roleagent.sft.expert import play_expert
     from roleagent.sft.train import train_sft
 
-    policy, engine = _load_for_sft(cfg, lora=True)
+    policy, engine = load_engine(cfg, lora=True)
     if args.expert:
         expert_file = out / "expert.jsonl"
         if not expert_file.exists():

@@ -292,26 +292,18 @@ held-out failures of FILE as Agent-In-World does; prints the competence (module 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
     import json
 
     from roleagent.config import load_config
     from roleagent.sft.data import read_examples
-    from roleagent.sft.predictor import _engine
+    from roleagent.sft.role_cli import load_engine, role_parser
 
-    parser = argparse.ArgumentParser(prog="python -m roleagent.sft.analyst", usage=USAGE)
-    parser.add_argument("command", choices=("data", "eval"))
-    parser.add_argument("recipe")
+    parser = role_parser("python -m roleagent.sft.analyst", USAGE)
     parser.add_argument("--rollouts", nargs="+", default=[])
     parser.add_argument("--valid-rollouts", nargs="+", default=[])
     parser.add_argument("--valid-games", type=int, default=0)
     parser.add_argument("--per-game", type=int, default=0)
-    parser.add_argument("--out", default="")
-    parser.add_argument("--examples", default="")
-    parser.add_argument("--limit", type=int, default=0)
-    parser.add_argument("--rows", default="")
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args(argv)
     cfg = load_config(args.recipe, args.set)
     if args.command == "data":
@@ -321,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(counts))
         return 0
     examples = read_examples(args.examples)[: args.limit or None]
-    engine = _engine(cfg)
+    _, engine = load_engine(cfg)
     result = analyst_competence(engine, examples, env_taxonomy(cfg), cfg.aiw, temperature=args.temperature)
     if args.rows:
         with open(args.rows, "w") as f:

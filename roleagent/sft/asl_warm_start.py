@@ -180,21 +180,14 @@ the metrics as JSON, writes DIR/asl_roles_<label>.jsonl."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     from roleagent.config import load_config
     from roleagent.envs import make_env
     from roleagent.evaluation import eval_splits, panel
-    from roleagent.sft.predictor import _engine
+    from roleagent.sft.role_cli import load_engine, role_parser
 
-    parser = argparse.ArgumentParser(prog="python -m roleagent.sft.asl_warm_start", usage=USAGE)
-    parser.add_argument("command", choices=("data", "eval"))
-    parser.add_argument("recipe")
-    parser.add_argument("--out", default="")
+    parser = role_parser("python -m roleagent.sft.asl_warm_start", USAGE)
     parser.add_argument("--data", default="")
     parser.add_argument("--label", default="")
-    parser.add_argument("--limit", type=int, default=0)
-    parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args(argv)
     cfg = load_config(args.recipe, args.set)
     env = make_env(cfg.env.name, **cfg.env.kwargs)
@@ -209,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     data = Path(args.data)
     label = args.label or (cfg.model.init_from or cfg.model.name)
-    generator, verifier = competence(_engine(cfg), cfg, env, data, args.limit)
+    generator, verifier = competence(load_engine(cfg)[1], cfg, env, data, args.limit)
     rows = [r for part in (generator, verifier) if part is not None for r in part.rows]
     safe = "".join(c if c.isalnum() else "_" for c in label)
     (data / f"asl_roles_{safe}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -314,25 +314,17 @@ eval: the recipe's policy judges the held-out steps of FILE as Agent-R asks its 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
     import json
 
     from roleagent.config import load_config
-    from roleagent.sft.predictor import _engine
+    from roleagent.sft.role_cli import load_engine, role_parser
 
-    parser = argparse.ArgumentParser(prog="python -m roleagent.sft.judge", usage=USAGE)
-    parser.add_argument("command", choices=("data", "eval"))
-    parser.add_argument("recipe")
-    parser.add_argument("--out", default="")
+    parser = role_parser("python -m roleagent.sft.judge", USAGE)
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--valid", type=int, default=8)
-    parser.add_argument("--examples", default="")
-    parser.add_argument("--limit", type=int, default=0)
-    parser.add_argument("--rows", default="")
-    parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args(argv)
     cfg = load_config(args.recipe, args.set)
-    engine = _engine(cfg)
+    _, engine = load_engine(cfg)
     if args.command == "data":
         print(json.dumps(_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid)))
         return 0

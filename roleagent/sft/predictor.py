@@ -254,24 +254,17 @@ held-out transitions of FILE; prints the competence (module docstring) as JSON."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
     import json
 
     from roleagent.config import load_config
+    from roleagent.sft.role_cli import load_engine, role_parser
 
-    parser = argparse.ArgumentParser(prog="python -m roleagent.sft.predictor", usage=USAGE)
-    parser.add_argument("command", choices=("data", "eval"))
-    parser.add_argument("recipe")
-    parser.add_argument("--out", default="")
+    parser = role_parser("python -m roleagent.sft.predictor", USAGE)
     parser.add_argument("--tasks", type=int, default=48)
     parser.add_argument("--valid", type=int, default=8)
-    parser.add_argument("--examples", default="")
-    parser.add_argument("--limit", type=int, default=0)
-    parser.add_argument("--rows", default="")
-    parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args(argv)
     cfg = load_config(args.recipe, args.set)
-    engine = _engine(cfg)
+    _, engine = load_engine(cfg)
     if args.command == "data":
         counts = write_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid)
         print(json.dumps(counts))
@@ -286,18 +279,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary(cfg.model.init_from or cfg.model.name, result))
     print(json.dumps(result.metrics))
     return 0
-
-
-def _engine(cfg):
-    import torch
-
-    from roleagent.engine import create_engine
-    from roleagent.models.loading import policy_from_config
-
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
-    policy = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=False)
-    return create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
 
 
 def write_data(cfg, engine, out, *, tasks: int, valid: int) -> dict[str, int]:
