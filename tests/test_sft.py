@@ -223,23 +223,28 @@ class Killed(BaseException):
     pass
 
 
+def kill_in_epoch(monkeypatch, epoch: int) -> None:
+    """SFT raises ``Killed`` when it reaches ``epoch`` (a kill -9 between checkpoints)."""
+    real_epoch = sft_train.sft_epoch
+
+    def dies(policy, optimizer, examples, cfg, seed, at, **kwargs):
+        if at == epoch:
+            raise Killed
+        return real_epoch(policy, optimizer, examples, cfg, seed, at, **kwargs)
+
+    monkeypatch.setattr(sft_train, "sft_epoch", dies)
+
+
 def test_interrupted_sft_resumes_to_the_same_weights_and_is_not_redone(tmp_path, engine, monkeypatch):
     data = examples_for(engine)
     whole = sft_policy()
     sft_train.train_sft(whole, data, tmp_path / "whole", cfg=CFG, seed=0)
 
-    real_epoch = sft_train.sft_epoch
-
-    def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch, **kwargs):
-        if epoch == 2:
-            raise Killed
-        return real_epoch(policy, optimizer, examples, cfg, seed, epoch, **kwargs)
-
-    monkeypatch.setattr(sft_train, "sft_epoch", dies_in_epoch_2)
+    kill_in_epoch(monkeypatch, 2)
     with pytest.raises(Killed):
         sft_train.train_sft(sft_policy(), data, tmp_path / "cut", cfg=CFG, seed=0)
     assert not sft_train.is_finished(tmp_path / "cut")
-    monkeypatch.setattr(sft_train, "sft_epoch", real_epoch)
+    monkeypatch.undo()  # the real sft_epoch again
     resumed = sft_policy()
     sft_train.train_sft(resumed, data, tmp_path / "cut", cfg=CFG, seed=0)
     for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):

@@ -15,7 +15,18 @@ from roleagent.engine.hf import HFEngine
 from roleagent.sft import train as sft_train
 from roleagent.sft.data import ChatExample, encode_example, write_examples
 from roleagent.trainer.run_lock import RunDirLock
-from tests.test_sft import CFG, PREFIX, Killed, conversation, engine, examples_for, reply, sft_policy, tiny  # noqa: F401
+from tests.test_sft import (  # noqa: F401
+    CFG,
+    PREFIX,
+    Killed,
+    conversation,
+    engine,
+    examples_for,
+    kill_in_epoch,
+    reply,
+    sft_policy,
+    tiny,
+)
 
 SYSTEM = {"role": "system", "content": "You are an agent. Answer with one action."}
 
@@ -45,14 +56,7 @@ def test_two_sft_runs_cannot_share_an_output_folder(tmp_path, capsys):
 
 def test_a_torn_metrics_line_does_not_block_the_resume(tmp_path, engine, monkeypatch):  # noqa: F811
     data = examples_for(engine, 4)
-    real_epoch = sft_train.sft_epoch
-
-    def dies_in_epoch_2(policy, optimizer, examples, cfg, seed, epoch, **kwargs):
-        if epoch == 2:
-            raise Killed
-        return real_epoch(policy, optimizer, examples, cfg, seed, epoch, **kwargs)
-
-    monkeypatch.setattr(sft_train, "sft_epoch", dies_in_epoch_2)
+    kill_in_epoch(monkeypatch, 2)
     with pytest.raises(Killed):
         sft_train.train_sft(sft_policy(), data, tmp_path, cfg=CFG, seed=0)
     monkeypatch.undo()
