@@ -22,7 +22,11 @@ KL to the warm start (``update/kl``: the LoRA adapters off are the reference) an
 log π of positive- and negative-advantage actions moved (``update/logp_shift_*``).
 
     python benchmarks/bench_rl_curve.py --init-from runs/role_agent_alfworld/sft/final \\
-        [--games 8] [--iterations 12] [--eval-every 2] [--sampled 4] [--set key=value ...]
+        [--games 8] [--skip-games 0] [--iterations 12] [--eval-every 2] [--sampled 4] [--set key=value ...]
+
+A second run on the next games (``--skip-games 8 --out runs/curve2``) adds power without
+replaying the first; ``--pool runs/curve1 runs/curve2 --window 3 5`` then tests per-game
+training success, iteration 0 against iterations 3-5, over the games of both runs.
 """
 
 from __future__ import annotations
@@ -152,15 +156,54 @@ def training_rates(run_dir: Path, games: list[str]) -> dict[int, list[tuple[int,
     return rates
 
 
+def pooled_training(run_dirs: list[Path], first: int, last: int) -> str:
+    """Per-game training success of several curve runs (each on its own games) pooled into
+    one paired test: iteration 0 (the warm start's own samples) against iterations
+    ``first``..``last`` together, every game of every run one pair
+    (``roleagent.stats.paired_rate_test``). Runs of the same protocol on disjoint games are
+    independent, so their games pool as if one run had played them all."""
+    import yaml
+
+    rows, before, after = [], [], []
+    for run_dir in run_dirs:
+        games = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["train_tasks"]
+        rates = training_rates(run_dir, games)
+        missing = [i for i in (0, *range(first, last + 1)) if i not in rates]
+        if missing:
+            raise SystemExit(f"{run_dir}: no training rollouts for iterations {missing}")
+        for g, game in enumerate(games):
+            k0, n0 = rates[0][g]
+            k, n = (sum(rates[i][g][j] for i in range(first, last + 1)) for j in (0, 1))
+            before.append((k0, n0))
+            after.append((k, n))
+            rows.append(
+                f"| {run_dir.name} | {game.rsplit('/', 2)[-2]} {game.rsplit('/', 1)[-1]} | {k0}/{n0} | {k}/{n} |"
+            )
+    pooled = (sum(k for k, _ in before), sum(n for _, n in before), sum(k for k, _ in after), sum(n for _, n in after))
+    return "\n".join(
+        [
+            f"| run | game | iteration 0 | iterations {first}-{last} |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"all games: {format_rate(*pooled[:2])} -> {format_rate(*pooled[2:])}; per game: "
+            + _rate_text(before, after),
+        ]
+    )
+
+
 def _bool(x) -> bool | None:
     return None if x is None else bool(x)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--init-from", required=True, help="the SFT checkpoint RL starts from (its final/ folder)")
+    parser.add_argument("--init-from", help="the SFT checkpoint RL starts from (its final/ folder); needed to train")
     parser.add_argument("--recipe", default="gigpo_alfworld")
     parser.add_argument("--games", type=int, default=8, help="training games: trained on and evaluated")
+    parser.add_argument(
+        "--skip-games", type=int, default=0, help="start after the expert's first N games (a second run on new games)"
+    )
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--sampled", type=int, default=4, help="sampled episodes per game per evaluation")
@@ -168,9 +211,16 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="runs/bench_rl_curve")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--summarize", action="store_true", help="only tabulate what --out holds (e.g. a stopped run)")
+    parser.add_argument("--pool", nargs="+", type=Path, metavar="RUN", help="only pool these runs' training success")
+    parser.add_argument("--window", nargs=2, type=int, default=(3, 5), metavar=("FIRST", "LAST"))
     args = parser.parse_args(argv)
+    if args.pool:  # per-game training success of several runs, iteration 0 vs the window
+        print(pooled_training(args.pool, *args.window))
+        return
+    if not args.summarize and not args.init_from:
+        parser.error("--init-from is needed to train (or --summarize / --pool to tabulate)")
     started = time.perf_counter()
-    games = expert_games(args.recipe, args.games)
+    games = expert_games(args.recipe, args.skip_games + args.games)[args.skip_games :]
     if not args.summarize:
         trainer = Trainer(load_config(args.recipe, overrides(args, games)))
         try:

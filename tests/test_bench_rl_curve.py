@@ -1,0 +1,53 @@
+"""The real-task curve's pooled per-game test (benchmarks/bench_rl_curve.py ``--pool``) on
+fake run folders: rollout dumps of two runs on disjoint games."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_rl_curve  # noqa: E402
+
+
+def fake_run(path: Path, games: list[str], wins: dict[int, list[int]]) -> Path:
+    """A run folder whose iteration ``i`` played each game 4 times, ``wins[i][g]`` won."""
+    (path / "rollouts").mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump({"env": {"train_tasks": games}}))
+    for i, per_game in wins.items():
+        lines = [
+            json.dumps({"task_id": game, "success": k < won, "crashed": False})
+            for game, won in zip(games, per_game)
+            for k in range(4)
+        ]
+        lines.append(json.dumps({"task_id": games[0], "success": True, "crashed": True}))  # never counted
+        (path / "rollouts" / f"iter_{i}.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_pooled_training_pairs_every_game_of_every_run(tmp_path):
+    a = fake_run(tmp_path / "a", ["g/a/1", "g/a/2", "g/a/3"], {0: [0, 1, 2], 1: [0, 0, 0], 2: [2, 2, 3], 3: [1, 3, 4]})
+    b = fake_run(tmp_path / "b", ["g/b/1", "g/b/2", "g/b/3"], {0: [1, 0, 0], 1: [4, 4, 4], 2: [3, 1, 1], 3: [4, 2, 2]})
+    text = bench_rl_curve.pooled_training([a, b], 2, 3)
+    assert "| a | a 1 | 0/4 | 3/8 |" in text and "| b | b 3 | 0/4 | 3/8 |" in text  # iteration 1 is outside
+    # before 4/24, after 28/48; six games, every one up: only the all-plus and all-minus
+    # sign vectors are as extreme, p = 2/64
+    assert text.endswith(
+        "all games: 4/24 = 16.7% [6.7, 35.9] -> 28/48 = 58.3% [44.3, 71.2]; per game: "
+        "+41.7 points, 6 up 0 down of 6, p=0.0312: gain"
+    )
+
+
+def test_pooled_training_refuses_a_run_without_the_window(tmp_path):
+    a = fake_run(tmp_path / "a", ["g/a/1"], {0: [1], 1: [2]})
+    try:
+        bench_rl_curve.pooled_training([a], 1, 3)
+    except SystemExit as e:
+        assert "iterations [2, 3]" in str(e)
+    else:
+        raise AssertionError("a missing iteration was not refused")
