@@ -1,0 +1,153 @@
+"""Learning tests of the methods whose objective changes training: with the method's own
+mechanism acting on the update, success on a fixed task set must rise by a clear margin;
+with the update switched off it must not (the criterion of ``tests/test_learning.py``).
+
+The task set, policy, budget and evaluation are those of ``tests/test_learning.py``: the
+scripted environment's ``signpost`` layout (two games, the key left in one and right in
+the other), the tiny random model acting through the admissible commands, 7 iterations,
+evaluation before and after on the same two games, greedy and 8 sampled passes.
+
+**SEAL** (Hu et al., 2026): diagnosis-weighted advantages, Â = w(τ)·A with
+w(τ) = clip(mean ρ(turn labels), 0.5, 2) (``roleagent.methods.seal``).
+SEAL needs an environment whose ``diagnose`` labels every turn; :class:`DiagnosedSignpost`
+is the signpost layout with a verifier-grounded diagnosis in SEAL's tag vocabulary: the
+replayed episode's expert (``ScriptedEnv.expert_action``) is the ground truth of each turn.
+The interface evolution is BFCL's and stays off. The utilities are the paper's fixed ones
+(``seal.utility_ema=false``): with the utility EMA of the authors' code the same run rose
+only 1/16 → 3/16 sampled in 7 iterations and 1/16 → 4/16 in 10 (the EMA pushed the
+failure tags' ρ toward 2, up-weighting the failures' negative advantages against the
+successes'), while the fixed utilities give 1/16 → 7/16; with the weights computed but not
+applied (``seal.reweight=false``) the run differs (greedy 0/2 → 1/2, sampled 1/16 → 7/16,
+other training successes per iteration), so the weights do change training
+(``benchmarks/RESULTS.md``, "Learning tests").
+
+Agent-R and ASL have no learning test here: the tiny random model writes no ``<action>``
+block in Agent-R's ``think_action`` turns (constrained decoding needs the ``action``
+format), so Agent-R would train nothing from this start, and ASL's rewards need the model
+to write question/answer pairs and verdicts (``benchmarks/RESULTS.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from roleagent.config import load_config
+from roleagent.envs import EnvSpec, register_env
+from roleagent.envs.scripted import ScriptedEnv
+from roleagent.trainer import Trainer
+from roleagent.trainer import loop as loop_module
+from roleagent.types import Trajectory
+from tests.test_learning import ITERATIONS, SETTINGS, evaluations, learned
+
+#: turn tag per kind of wrong turn (utilities: roleagent.algos.seal.STATIC_UTILITIES)
+WRONG_TURN_TAGS = {
+    "look": "empty_turn_model_response",  # ρ = 1.5: a turn that changes nothing
+    "open door": "state_mismatch",  # ρ = 1.0: the door, locked without the key
+}
+WRONG_MOVE_TAG = "spurious_tool_call"  # ρ = 2.0: a move or take the verifier did not call for
+
+
+class DiagnosedSignpost(ScriptedEnv):
+    """The signpost layout with SEAL's turn-level diagnosis (``diagnosis_turn_labels``).
+
+    ``diagnose`` replays the trajectory's actions from the task's start and labels each
+    turn against the expert's action in that state: ``pass`` when they agree, else
+    :data:`WRONG_TURN_TAGS` or :data:`WRONG_MOVE_TAG`. Example: in the left-key game,
+    ``go right, go left, go left, take key, go right, open door`` is labelled
+    ``[spurious_tool_call, pass, pass, pass, pass, pass]`` (mean ρ = 7/6, so w = 1.17).
+    ``interface`` is accepted (SEAL sets it) and ignored: there is one interface."""
+
+    name = "signpost_seal"
+    diagnosis_turn_labels = True
+
+    def __init__(self, interface: str = "plain", **kwargs):
+        super().__init__(**kwargs)
+
+    def diagnose(self, trajectory: Trajectory) -> dict:
+        self.reset(trajectory.task, trajectory.seed)
+        labels = []
+        for step in trajectory.steps:
+            expert, action = self.expert_action(), (step.action or "").strip().lower()
+            if not step.valid:
+                labels.append("empty_turn_model_response")
+            elif action == expert:
+                labels.append("pass")
+            else:
+                labels.append(WRONG_TURN_TAGS.get(action, WRONG_MOVE_TAG))
+            if step.valid and self.step(action).done:
+                break
+        failures = [tag for tag in labels if tag != "pass"]
+        dominant = max(set(failures), key=failures.count) if failures else "pass"
+        return {"turn_labels": labels, "priority_labels": labels, "dominant_type": dominant}
+
+
+register_env(
+    EnvSpec("signpost_seal", "tests.test_learning_methods:DiagnosedSignpost", (), "dev", "signpost with SEAL labels")
+)
+
+SEAL = [
+    "env.name=signpost_seal",
+    "algo.name=grpo",
+    "seal.enabled=true",
+    "seal.interface_evolution=false",
+    "seal.interface_updates=false",
+    "seal.utility_ema=false",  # the paper's fixed utilities (module docstring: the EMA's runs)
+]
+
+
+def train(run_dir, extra: list[str], *, zero_advantages: bool = False, iterations: int = ITERATIONS) -> dict:
+    """One run of :data:`SETTINGS` + ``extra``; its before/after evaluations, its
+    per-iteration records and its seconds. ``zero_advantages`` replaces the estimator's
+    advantages by zeros before any method adjusts them: the update switched off."""
+    started = time.perf_counter()
+    with pytest.MonkeyPatch.context() as patch:
+        if zero_advantages:
+            real = loop_module.compute_advantages
+
+            def zeroed(batch, cfg):
+                out = real(batch, cfg)
+                out.value = np.zeros_like(out.value)
+                return out
+
+            patch.setattr(loop_module, "compute_advantages", zeroed)
+        sets = [*SETTINGS, *extra, f"iterations={iterations}", f"run_dir={run_dir}"]
+        trainer = Trainer(load_config(None, sets), resume=False, quiet=True)
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    result = evaluations(run_dir)
+    result["iterations"] = [r for r in records if "iteration" in r]
+    result["seconds"] = time.perf_counter() - started
+    print(f"\n{run_dir.name}: {result['before']} -> {result['after']} ({result['seconds']:.0f} s)")
+    return result
+
+
+def test_seal_reweighted_rl_raises_success(tmp_path):
+    """SEAL's reweighted GRPO must meet :func:`learned` (sampled +25 points, greedy not
+    lower) with its weights acting: in some iteration a trajectory's weight differs from 1
+    (the advantages it trains on are not plain GRPO's)."""
+    result = train(tmp_path / "seal", SEAL)
+    before, after, rows = result["before"], result["after"], result["iterations"]
+    assert before["greedy"] == 0.0 and before["sampled"] < 0.25, f"the start solves too much: {before}"
+    assert all(r["seal/diagnosed"] == 1.0 for r in rows)  # every rollout has turn labels
+    trained = [r for r in rows if r["update/samples"] > 0]
+    assert trained and all("seal/advantage_abs_mean_before" in r for r in trained)  # the weights were applied
+    assert any(r["seal/weight_min"] != 1.0 or r["seal/weight_max"] != 1.0 for r in trained)  # and were not all 1
+    assert learned(before, after), f"SEAL did not learn: {before} -> {after}"
+
+
+def test_seal_with_advantages_zeroed_does_not_learn(tmp_path):
+    """The control: the same run with the estimator's advantages zeroed, so SEAL's weights
+    multiply zeros (w · 0 = 0): nothing trains, the criterion must be false."""
+    result = train(tmp_path / "seal_control", SEAL, zero_advantages=True)
+    rows = result["iterations"]
+    assert [r["update/samples"] for r in rows] == [0] * ITERATIONS
+    assert result["after"]["greedy"] == result["before"]["greedy"]  # the same weights
+    assert any(r["seal/weight_max"] != 1.0 for r in rows)  # the weights were computed, and multiplied zeros
+    assert not learned(result["before"], result["after"]), f"the control passes the criterion: {result}"
