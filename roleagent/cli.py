@@ -2,7 +2,7 @@
 
 roleagent train role_agent_textcraft --set iterations=3 --set optim.lr=1e-4
 roleagent train grpo_alfworld --nproc 2          # data parallel (torchrun; gloo on CPU, NCCL on GPUs)
-roleagent export runs/grpo_alfworld --merge-lora --out exported   # loads with from_pretrained
+roleagent export runs/grpo_alfworld --merge-lora --dtype bf16 --out exported   # loads with from_pretrained
 roleagent train --explain                     # every config key with its help
 roleagent eval --run runs/role_agent_textcraft  # latest checkpoint on its panel
 roleagent eval --env alfworld --policy expert --split valid_seen
@@ -58,7 +58,12 @@ def _train(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from roleagent.export import export_run
 
-    out = export_run(args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora, quiet=False)
+    try:
+        out = export_run(
+            args.run, args.out, checkpoint=args.checkpoint, merge_lora=args.merge_lora, dtype=args.dtype, quiet=False
+        )
+    except FileExistsError as error:  # --out is taken: bad input, one line
+        raise ConfigError(str(error)) from None
     print(f"exported: {out}")
     return 0
 
@@ -174,15 +179,16 @@ def _expert_data(args: argparse.Namespace) -> int:
 
 def _sft(args: argparse.Namespace) -> int:
     from roleagent.sft.data import read_examples
+    from roleagent.sft.sources import format_eos
     from roleagent.trainer.run_lock import RunDirLock
 
     if not args.data and not args.expert:
-        raise ConfigError("give --data FILE.jsonl and/or --expert RECIPE_OR_ENV")
+        raise ConfigError("give --data FILE_OR_DATASET and/or --expert RECIPE_OR_ENV")
     if args.tasks < 1:
         raise ConfigError(f"--tasks={args.tasks}: must be >= 1")
     cfg = _sft_config(args)
     out = Path(args.out)
-    examples = read_examples(args.data) if args.data else []
+    examples = read_examples(args.data, eos=format_eos(cfg)) if args.data else []
     out.mkdir(parents=True, exist_ok=True)
     with RunDirLock(out):  # one `roleagent sft --out DIR` at a time, as one trainer per run_dir
         return _sft_locked(args, cfg, out, examples)
@@ -224,8 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a run's checkpoint as a folder transformers/vLLM load")
     export.add_argument("run", help="run directory")
     export.add_argument("--out", required=True, help="output folder")
-    export.add_argument("--checkpoint", default="latest", help="'latest' or a checkpoint folder name (iter_000003)")
+    export.add_argument(
+        "--checkpoint", default="latest", help="'latest' (the newest valid, as resume) or a folder name (iter_000003)"
+    )
     export.add_argument("--merge-lora", action="store_true", help="merge LoRA adapters into the base weights")
+    export.add_argument(
+        "--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="precision of the weights written"
+    )
     export.set_defaults(func=_export)
 
     ev = sub.add_parser("eval", help="evaluate a policy on a fixed panel")
@@ -252,7 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_data_parsers(sub) -> None:
     """Subcommands that make SFT data and checkpoints: sft, expert-data."""
     sft = sub.add_parser("sft", help="supervised fine-tuning on chat examples (a checkpoint for model.init_from)")
-    sft.add_argument("--data", help="JSONL chat examples (roleagent.sft.data)")
+    sft.add_argument(
+        "--data",
+        help="chat examples: JSONL/JSON, roleagent's or AgentTraj's, or a datasets dataset (roleagent.sft.sources)",
+    )
     sft.add_argument("--expert", metavar="RECIPE_OR_ENV", help="also train on the expert's episodes of this recipe/env")
     sft.add_argument("--tasks", type=int, default=100, help="training tasks the expert plays (with --expert)")
     sft.add_argument("--config", help="recipe for the model and sft.* settings (default: --expert's, else defaults)")

@@ -132,7 +132,7 @@ FIELD_RULES: dict[str, Rule] = {
     "sft.analyst_eval_tasks": count(0),
     "sft.judge_tasks": count(1),
     "sft.judge_eval_tasks": count(0),
-    "sft.data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
+    "sft.data": ((lambda v: v == "" or Path(v).expanduser().exists()), "'' or an existing file or datasets folder"),
     "sft.epochs": count(1),
     "sft.lr": above(0),
     "sft.lr_schedule": one_of("constant", "cosine"),
@@ -191,7 +191,10 @@ FIELD_RULES: dict[str, Rule] = {
     "agent_r.lr": above(0),
     "agent_r.batch_examples": count(1),
     "agent_r.micro_batch_tokens": count(16),
-    "agent_r.general_data": ((lambda v: v == "" or Path(v).expanduser().is_file()), "'' or an existing JSONL file"),
+    "agent_r.general_data": (
+        (lambda v: v == "" or Path(v).expanduser().exists()),
+        "'' or an existing file or datasets folder",
+    ),
     "agent_r.eta": within(0, 1, open_low=True),
 }
 FIELD_RULES.update(ASL_RULES)

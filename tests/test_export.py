@@ -53,7 +53,7 @@ def test_full_finetuning_checkpoint_and_export_load_with_plain_transformers(tmp_
     assert info["checkpoint"] == checkpoint.name and info["format"] == "transformers"
 
 
-def test_lora_export_merged_and_as_peft_adapters(tmp_path):
+def test_lora_export_merged_and_as_peft_adapters(tmp_path, monkeypatch):
     run = tmp_path / "run"
     trained, fresh = _trained(run)
     assert main(["export", str(run), "--merge-lora", "--out", str(tmp_path / "merged")]) == 0
@@ -61,15 +61,17 @@ def test_lora_export_merged_and_as_peft_adapters(tmp_path):
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     torch.testing.assert_close(_logits(merged), trained, atol=1e-5, rtol=0)
 
-    from peft import AutoPeftModelForCausalLM
+    from peft import AutoPeftModelForCausalLM, PeftModel
 
     assert main(["export", str(run), "--checkpoint", "iter_000000", "--out", str(tmp_path / "adapter")]) == 0
     adapter_config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
-    base = Path(adapter_config["base_model_name_or_path"])
-    assert base == (tmp_path / "adapter" / "base").resolve()  # tiny: no name rebuilds its random base
-    torch.testing.assert_close(_logits(AutoModelForCausalLM.from_pretrained(base)), fresh, atol=1e-5, rtol=0)
-    peft_model = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter")
+    assert adapter_config["base_model_name_or_path"] == "base"  # tiny: no name rebuilds its random base
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "adapter" / "base")
+    torch.testing.assert_close(_logits(base), fresh, atol=1e-5, rtol=0)
+    peft_model = PeftModel.from_pretrained(base, tmp_path / "adapter")
     torch.testing.assert_close(_logits(peft_model), trained, atol=1e-5, rtol=0)
+    monkeypatch.chdir(tmp_path / "adapter")  # the relative name resolves from inside the folder
+    torch.testing.assert_close(_logits(AutoPeftModelForCausalLM.from_pretrained(".")), trained, atol=1e-5, rtol=0)
 
 
 def test_export_refuses_what_it_cannot_use(tmp_path, capsys):

@@ -97,3 +97,25 @@ def test_eval_split_wins_over_the_recipes_eval_splits(tmp_path, capsys):
     assert cli.main([*argv, "--label", "x", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "x train" in out and "x eval" not in out, out
+
+
+def test_adapter_export_of_a_warm_started_run_names_its_base_relatively(moved_run, tmp_path, monkeypatch):
+    """Issue 27 item 9: the base under the adapters (the SFT weights) is written to DIR/base
+    in the precision asked for and named ``base``; the card names the SFT warm start."""
+    from safetensors.torch import load_file
+
+    from roleagent.models.loading import policy_from_config
+    from roleagent.run_config import load_run_config
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["export", str(moved_run), "--dtype", "bf16", "--out", "adapters"]) == 0
+    out = tmp_path / "adapters"
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "base"
+    card = (out / "README.md").read_text()
+    assert "`tiny`, initialised from `sft/final` (its SFT warm start)" in card and str(tmp_path) not in card
+    assert "| after SFT | eval |" in card and "| the starting weights |" in card and "SFT warm start |" in card
+    cfg = load_run_config(moved_run, check=False)
+    sft = policy_from_config(cfg.model, seed=cfg.seed, init_from=str(moved_run / "sft" / "final"), lora=False)
+    expected = {k: v.to(torch.bfloat16) for k, v in sft.model.state_dict().items()}
+    written = load_file(out / "base" / "model.safetensors")
+    assert written and all(torch.equal(v, expected[k]) for k, v in written.items())

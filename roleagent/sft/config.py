@@ -17,7 +17,11 @@ class SFTConfig:
     expert_tasks: int = _f(
         100, "training-split tasks the environment's expert plays once each; its successful episodes are the data"
     )
-    data: str = _f("", "a JSONL file of chat examples (roleagent.sft.data) used besides the expert's; '' = none")
+    data: str = _f(
+        "",
+        "chat examples used besides the expert's: a JSONL or JSON file of roleagent's or AgentGym's AgentTraj "
+        "records, or a datasets dataset (a save_to_disk folder, .parquet, .arrow; roleagent.sft.sources); '' = none",
+    )
     predictor: bool = _f(
         False,
         "also warm-start the World-In-Agent predictor (roleagent.sft.predictor): every step of the expert's "

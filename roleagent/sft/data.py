@@ -1,4 +1,5 @@
 """Chat examples for supervised fine-tuning: the JSONL format, its checks, and its encoding.
+AgentGym's AgentTraj records and ``datasets`` datasets are read too (``roleagent.sft.sources``).
 
 One JSONL line is one example::
 
@@ -160,23 +161,15 @@ def check_example(data: Any, where: str = "example") -> ChatExample:
     return ChatExample(out, prefix, dict(meta), eos)
 
 
-def read_examples(path: str | Path) -> list[ChatExample]:
-    """Every example of a JSONL file (blank lines allowed); the first malformed line
-    raises :class:`SFTDataError` naming ``path:line``."""
+def read_examples(path: str | Path, *, eos: bool = False) -> list[ChatExample]:
+    """Every example of ``path``: JSONL (blank lines allowed), a ``.json`` list, or a
+    ``datasets`` dataset, each record roleagent's format or AgentTraj's, whose turns end
+    with the end-of-turn token when ``eos`` (``roleagent.sft.sources``); the first malformed
+    record raises :class:`SFTDataError` naming ``path:line`` (or ``path[index]``)."""
+    from roleagent.sft.sources import read_records, record_example  # (it imports this module)
+
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SFTDataError(f"{path}: cannot read ({error})") from None
-    examples = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except ValueError as error:
-            raise SFTDataError(f"{path}:{number}: not valid JSON ({error})") from None
-        examples.append(check_example(data, f"{path}:{number}"))
+    examples = [record_example(record, where, eos=eos) for where, record in read_records(path)]
     if not examples:
         raise SFTDataError(f"{path}: no examples")
     return examples

@@ -47,6 +47,7 @@ from roleagent.sft.data import encode_example, read_examples, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
 from roleagent.sft.judge_stage import judge_warm_start, judge_weights
 from roleagent.sft.predictor import encode_predictor, predictor_competence, predictor_examples, summary
+from roleagent.sft.sources import format_eos
 from roleagent.sft.train import final_dir, is_finished, train_sft
 
 PREDICTOR_TRAIN, PREDICTOR_VALID, PREDICTOR_EVALS = "predictor.jsonl", "predictor_valid.jsonl", "predictor_evals.json"
@@ -116,7 +117,7 @@ def collect_examples(trainer, out: Path) -> list:
         if (out / ANALYST_TRAIN).stat().st_size:
             examples += read_examples(out / ANALYST_TRAIN)
     if cfg.sft.data:
-        examples += read_examples(cfg.sft.data)
+        examples += read_examples(cfg.sft.data, eos=format_eos(cfg))
     if cfg.sft.asl_roles:
         examples += asl_train_examples(trainer, out)
     return examples

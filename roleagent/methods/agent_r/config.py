@@ -54,7 +54,7 @@ class AgentRConfig:
     micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward")
     general_data: str = _f(
         "",
-        "JSONL of general chat examples (roleagent.sft.data) mixed in at eta; '' = agent data only "
+        "general chat examples mixed in at eta, in any form sft.data takes (roleagent.sft.sources); '' = agent data only "
         "(the paper mixes ShareGPT, which is not shipped)",
     )
     eta: float = _f(

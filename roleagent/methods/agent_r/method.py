@@ -37,6 +37,7 @@ from roleagent.methods.agent_r.mcts import MCTSSettings, save_trees, search_tree
 from roleagent.methods.base import Method
 from roleagent.sft.config import SFTConfig
 from roleagent.sft.data import SFTDataError, encode_example, read_examples, write_examples
+from roleagent.sft.sources import format_eos
 from roleagent.sft.train import sft_epoch, sft_optimizer
 from roleagent.trainer.metrics import peak_rss_mb
 
@@ -51,7 +52,7 @@ class AgentRMethod(Method):
         self.iteration = 0  # Agent-R iterations finished
         self.examples: list = []  # this iteration's encoded examples, for the objective
         self.metrics: dict[str, float] = {}
-        self.general = read_examples(config.general_data) if config.general_data else []
+        self.general = read_examples(config.general_data, eos=format_eos(context.cfg)) if config.general_data else []
 
     @classmethod
     def check_config(cls, cfg) -> None:
