@@ -149,6 +149,7 @@ class _Episode:
     admissible: list[str] | None
     history: list[tuple[str, str]] = field(default_factory=list)
     transcript: list[dict[str, str]] | None = None  # chat protocol (env reports "messages")
+    tools: list[dict] | None = None  # tools for the chat template (env reports "tools")
     last_turn: tuple[list[int], list[int]] | None = None  # context=full: (prompt ids, action ids)
     done: bool = False
     prefix: Sequence[str] = ()  # assistant texts replayed before the policy acts
@@ -233,6 +234,7 @@ def _actor_messages(e: _Episode, settings: RolloutSettings, engine: Engine, coun
             transcript=e.transcript,
             count_tokens=count_tokens,
             budget=engine.max_prompt_tokens,
+            tools=e.tools,
         )
     return actor.actor_messages(
         instruction=e.instruction,
@@ -279,6 +281,7 @@ def _start_wave(pool, wave, stats) -> list[_Episode]:
             state_key=reply.state_key,
             admissible=reply.admissible,
             transcript=_messages(reply.info),
+            tools=(reply.info or {}).get("tools"),
             prefix=prefix,
             max_steps=limit,
         )

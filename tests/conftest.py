@@ -8,19 +8,23 @@ import pytest
 
 from roleagent.engine.hf import Generation
 from roleagent.envs import EnvSpec, register_env
+from roleagent.envs.base import EnvironmentCrashed
 from roleagent.envs.scripted import ScriptedEnv
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 class CrashingEnv(ScriptedEnv):
-    """ScriptedEnv whose worker process dies on the action ``crash``."""
+    """ScriptedEnv whose worker process dies on the action ``crash`` and whose simulator
+    is lost (``EnvironmentCrashed``) on ``lost``."""
 
     name = "crashing"
 
     def step(self, action: str):
         if action.strip() == "crash":
             os._exit(3)
+        if action.strip() == "lost":
+            raise EnvironmentCrashed("the simulator exited")
         return super().step(action)
 
 

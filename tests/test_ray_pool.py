@@ -70,6 +70,13 @@ def test_ray_pool_plays_as_the_process_pool_and_restarts_a_crashed_actor(ray_loc
         after = pool.pids()
         assert after[0] != before[0] and after[1] == before[1]  # only the dead actor was replaced
         assert _play(pool, actions) == expected  # the new actor plays on
+        before = pool.pids()
+        replies = pool.step([(0, "look"), (1, "lost")])  # EnvironmentCrashed: a crash too
+        assert replies[1].crashed and "the simulator exited" in replies[1].info["error"]
+        assert not replies[0].crashed and pool.restarts == 2
+        after = pool.pids()
+        assert after[0] == before[0] and after[1] != before[1]
+        assert _play(pool, actions) == expected
 
 
 @pytest.mark.slow

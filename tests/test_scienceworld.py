@@ -226,19 +226,50 @@ def test_close_stops_the_jvm():
 
 
 @pytest.mark.slow
-def test_a_dead_jvm_fails_the_step_and_the_next_reset_starts_a_new_one():
+def test_a_dead_jvm_is_a_crash_and_the_next_reset_starts_a_new_one():
     pytest.importorskip("scienceworld")
+    from roleagent.envs.base import EnvironmentCrashed
+
     env = ScienceWorldEnv()
     task = env.tasks("test")[0]
     env.reset(task, seed=0)
     pid = env.jvm_pid()
-    os.kill(pid, signal.SIGKILL)
-    env._sim._gateway.java_process.wait(timeout=10)
-    with pytest.raises(Exception):  # noqa: B017 - py4j's error: the worker makes it step_failed
+    os.kill(pid, signal.SIGKILL)  # without waiting: py4j may see the broken socket first
+    with pytest.raises(EnvironmentCrashed, match=f"JVM \\(pid {pid}\\) exited"):
         env.step("look around")
     observation, _ = env.reset(task, seed=0)
     assert observation.startswith("This room is called") and env.jvm_pid() not in (0, pid)
     env.close()
+
+
+@pytest.mark.slow
+def test_a_jvm_killed_mid_episode_crashes_the_episode_in_the_pool(scripted_engine):
+    pytest.importorskip("scienceworld")
+    from roleagent.envs.workers import EnvPool
+    from roleagent.rollout import RolloutSettings, run_episodes
+
+    with EnvPool("scienceworld", slots=1, timeout=120) as pool:
+        task = pool.meta.tasks("test")[0]
+        killed = []
+
+        def policy(prompt, call):
+            if call == 1:  # the second action: the JVM dies while the episode is on
+                (pid,) = pool.call_all("jvm_pid")[1:]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return "look around</action>"
+
+        (trajectory,), _ = run_episodes(
+            engine=scripted_engine(policy),
+            pool=pool,
+            jobs=[(task, 0)],
+            settings=RolloutSettings(max_steps=5, action_format="action"),
+        )
+        assert trajectory.crashed and len(trajectory.steps) == 2, trajectory.steps[-1].info
+        assert "JVM" in trajectory.steps[-1].info["error"] and pool.restarts == 1
+        pool.reset([(0, task, 0)])  # the restarted worker starts a new JVM
+        (pid,) = pool.call_all("jvm_pid")[1:]
+        assert pid not in (0, killed[0]) and not pool.step([(0, "look around")])[0].crashed
 
 
 @pytest.mark.slow

@@ -52,6 +52,7 @@ class Episode:
     reflections: list[str] = field(default_factory=list)  # Reflexion's memory for this task
     turns: list[Turn] = field(default_factory=list)
     transcript: list[dict[str, str]] | None = None  # conversational envs
+    tools: list[dict] | None = None  # tools for the chat template (env reports "tools")
 
 
 _TASK_PREFIX = re.compile(r"^your task is to:?\s*", re.IGNORECASE)
@@ -98,7 +99,7 @@ def react_messages(e: Episode, *, history: int = 10, count_tokens=None, budget: 
         memory = memory_text(e.reflections)
         system = e.instruction + REACT_CHAT_HINT + ("\n\n" + memory if memory else "")
         return actor.chat_messages(
-            instruction=system, transcript=e.transcript, count_tokens=count_tokens or len, budget=budget
+            instruction=system, transcript=e.transcript, count_tokens=count_tokens or len, budget=budget, tools=e.tools
         )
     parts = [f"Here is an example of a solved task.\n{e.example}"] if e.example else []
     memory = memory_text(e.reflections)

@@ -77,6 +77,7 @@ def _wave(engine, pool, wave, max_steps, params, examples, reflections, history)
                 example=examples.get(task_type(task), ""),
                 reflections=list(reflections(task)),
                 transcript=None if transcript is None else [dict(m) for m in transcript],
+                tools=info.get("tools"),
             )
         )
     current = [r.observation for r in replies]

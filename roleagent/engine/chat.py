@@ -33,16 +33,29 @@ def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -
     Text that did not cross the environment boundary (SFT data, a method's own prompt) may
     hold a lone surrogate, which the tokenizer refuses with a ``TypeError``: contents and
     ``response_prefix`` are made valid UTF-8 here too (``roleagent.envs.safety``).
+
+    A message may carry tools under a ``"tools"`` key (``roles.actor.chat_messages``:
+    BFCL's ``tool_prompt="chat_template"``); they go to the template as
+    ``apply_chat_template(..., tools=...)``, with special-token strings in their text
+    broken as above. A template that renders the same prompt with and without them (it
+    has no tool support, e.g. SmolLM2's) is a ``ValueError``: tools silently left out
+    would leave the model without its tools.
     """
+    messages, tools = _take_tools(tokenizer, messages)
     messages = [
         {**m, "content": sanitize_text(m["content"])} if isinstance(m.get("content"), str) else m for m in messages
     ]
     response_prefix = sanitize_text(response_prefix)
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    spans = _content_spans(tokenizer, messages, text)
+    text = _render(tokenizer, messages, tools)
+    if tools and text == _render(tokenizer, messages, None):
+        raise ValueError(
+            "this model's chat template ignores tools= (it has no tool support): "
+            "use the tools block in the prompt instead (env.kwargs.tool_prompt=text)"
+        )
+    spans = _content_spans(tokenizer, messages, text, tools)
     if spans is None:
         messages = [_break_specials(tokenizer, m) for m in messages]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = _render(tokenizer, messages, tools)
         spans = []
     text += response_prefix
     specials = _special_tokens_re(tokenizer)
@@ -55,6 +68,37 @@ def encode_chat(tokenizer, messages: list[dict], *, response_prefix: str = "") -
         ids.append(tokenizer.convert_tokens_to_ids(match.group()))
         start = match.end()
     return ids + _encode_text(tokenizer, text[start:])
+
+
+def _render(tokenizer, messages: list[dict], tools: list[dict] | None) -> str:
+    extra = {"tools": tools} if tools else {}
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+
+
+def _take_tools(tokenizer, messages: list[dict]) -> tuple[list[dict], list[dict] | None]:
+    """``messages`` without their ``"tools"`` keys, and the first tools found (with
+    special-token strings in their text broken), or None."""
+    tools, out = None, []
+    for m in messages:
+        if "tools" in m:
+            tools = tools or m["tools"]
+            m = {k: v for k, v in m.items() if k != "tools"}
+        out.append(m)
+    specials = _special_tokens_re(tokenizer)
+    if tools and specials is not None:
+        tools = _break_in(tools, specials)
+    return out, tools or None
+
+
+def _break_in(node, specials: re.Pattern[str]):
+    """A copy of a JSON-like value whose strings have their special-token strings broken."""
+    if isinstance(node, str):
+        return specials.sub(lambda m: m.group()[0] + _BREAK + m.group()[1:], node)
+    if isinstance(node, list):
+        return [_break_in(v, specials) for v in node]
+    if isinstance(node, dict):
+        return {k: _break_in(v, specials) for k, v in node.items()}
+    return node
 
 
 _ANCHOR = "\ue002"  # private-use character: stands for an assistant turn's content
@@ -98,13 +142,13 @@ def _special_tokens_re(tokenizer) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(s) for s in sorted(strings, key=len, reverse=True)))
 
 
-def _content_spans(tokenizer, messages: list[dict], text: str) -> list[tuple[int, int]] | None:
+def _content_spans(tokenizer, messages: list[dict], text: str, tools=None) -> list[tuple[int, int]] | None:
     """Character spans of the message contents in ``text`` (the rendered prompt), or None
     when the template does not copy contents verbatim."""
     marked = [
         {**m, "content": _MARK.format(i)} if isinstance(m.get("content"), str) else m for i, m in enumerate(messages)
     ]
-    skeleton = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
+    skeleton = _render(tokenizer, marked, tools)
     parts = _MARK_RE.split(skeleton)  # template, index, template, index, ..., template
     spans, rebuilt, pos = [], [], 0
     for j, part in enumerate(parts):
@@ -124,4 +168,4 @@ def _break_specials(tokenizer, message: dict) -> dict:
     specials = _special_tokens_re(tokenizer)
     if not isinstance(content, str) or specials is None:
         return message
-    return {**message, "content": specials.sub(lambda m: m.group()[0] + _BREAK + m.group()[1:], content)}
+    return {**message, "content": _break_in(content, specials)}

@@ -260,7 +260,11 @@ class OpenAIEngine:
         if known is None:
             raise EngineError("text mode needs prompts built by this engine's encode_chat/extend_chat")
         messages, prefix = known
+        tools = next((m["tools"] for m in messages if m.get("tools")), None)  # encode_chat's convention
+        messages = [{k: v for k, v in m.items() if k != "tools"} for m in messages]
         body = {"model": self.model, "messages": messages, **self._sampling(params, seed)}
+        if tools:
+            body["tools"] = tools  # the server renders them with its template
         choice = first_choice(self._request("/chat/completions", body, params.max_new_tokens), self.server.base_url)
         text = chat_text(choice).lstrip()
         if len(text) > MAX_CHARS_PER_TOKEN * params.max_new_tokens + 1024:

@@ -31,6 +31,15 @@ from roleagent.plugins import PluginError, entry_points, load_object, resolve
 from roleagent.types import Task, Trajectory
 
 
+class EnvironmentCrashed(RuntimeError):
+    """Raised by ``Environment.step`` for an infrastructure fault that is not the action's
+    doing, e.g. the simulator process behind the environment died. The worker reports it
+    as a crash, not as ``step_failed``: the episode ends with ``Trajectory.crashed`` (kept
+    out of training and success rates) and the slot's environment is rebuilt. Raise it
+    only when the fault is known to be infrastructure (a process that has exited), never
+    for an error the action may have caused."""
+
+
 @dataclass
 class StepResult:
     observation: str

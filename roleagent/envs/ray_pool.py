@@ -8,7 +8,8 @@ answers are collected afterwards, as with worker processes. An actor that dies (
 process exits, its node goes away) or gives no answer within ``env.timeout`` seconds is
 killed and started again, and the episode it was playing ends with
 ``info["crashed"] = True``; an error raised by a command is reported as with worker
-processes (a ``step`` that raises is the action's failure, ``Environment.step_failed``).
+processes (a ``step`` that raises is the action's failure, ``Environment.step_failed``;
+one that raises ``EnvironmentCrashed`` is a crash, and the actor is started again).
 
 Ray is an optional extra (``pip install 'roleagent[ray]'``). The pool joins a running
 cluster when ``RAY_ADDRESS`` is set (``ray start --head`` / ``--address``), else starts a
@@ -22,8 +23,8 @@ import os
 import traceback
 from typing import Any
 
-from roleagent.envs.base import instantiate
-from roleagent.envs.workers import EnvPool, _handle
+from roleagent.envs.base import EnvironmentCrashed, instantiate
+from roleagent.envs.workers import EnvPool, _handle, crash_reply
 
 OBJECT_STORE_BYTES = 128 * 1024**2  # environment replies are small text
 
@@ -45,6 +46,8 @@ class EnvActor:
     def handle(self, command: str, args: tuple) -> tuple[str, Any]:
         try:
             return "ok", _handle(self.env, command, args)
+        except EnvironmentCrashed as error:  # the slot restarts this actor
+            return crash_reply(self.env, error)
         except Exception as error:  # noqa: BLE001 - report, keep the actor alive
             return "error", f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
 
@@ -76,7 +79,10 @@ class _RaySlot:
         ray = _ray()
         pending, self._pending = self._pending, None
         try:
-            return ray.get(pending, timeout=self.timeout)
+            reply = ray.get(pending, timeout=self.timeout)
+            if reply[0] != "crashed":
+                return reply
+            error = reply[1]
         except ray.exceptions.GetTimeoutError:
             error = f"TimeoutError: no answer in {self.timeout:.0f}s"
         except ray.exceptions.RayError as failure:  # the actor died (or could not be built)

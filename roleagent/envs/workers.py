@@ -5,10 +5,12 @@ all slots are sent first and answers collected afterwards, so slow environments 
 resets, JVM-backed ScienceWorld) step in parallel. A worker that dies or hangs is
 restarted; the episode it was playing ends with ``info["crashed"] = True`` and the
 rollout goes on. Only such infrastructure faults (a dead worker, no answer within
-``timeout`` seconds, a reply that cannot be sent) count as crashed: a ``step`` that
-raises, or exceeds the environment's ``step_cpu_seconds``, is the action's failure and
-becomes an error observation (``Environment.step_failed``), so a policy cannot erase its
-own failures from the batch. Every reply is sanitized and its observation capped
+``timeout`` seconds, a reply that cannot be sent, a ``step`` that raises
+``EnvironmentCrashed``, e.g. ScienceWorld's JVM found dead) count as crashed, and the
+slot's environment is rebuilt: a ``step`` that raises anything else, or exceeds the
+environment's ``step_cpu_seconds``, is the action's failure and becomes an error
+observation (``Environment.step_failed``), so a policy cannot erase its own failures
+from the batch. Every reply is sanitized and its observation capped
 (``roleagent.envs.safety``), in worker processes and in-process alike.
 
 Workers are started with the ``spawn`` method: they never touch torch, and spawning keeps
@@ -25,7 +27,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from roleagent.envs.base import Environment, StepResult, factory_of, instantiate, make_env
+from roleagent.envs.base import Environment, EnvironmentCrashed, StepResult, factory_of, instantiate, make_env
 from roleagent.envs.safety import DeadlineExceeded, cpu_deadline, describe_error, sanitize, truncate
 from roleagent.types import Task, Trajectory
 
@@ -65,6 +67,8 @@ def _step(env: Environment, action: str) -> EnvReply:
         with cpu_deadline(env.step_cpu_seconds):
             result: StepResult = env.step(action)
             return _reply(env, result.observation, result, result.info)
+    except EnvironmentCrashed:
+        raise  # an infrastructure fault: the slot reports a crash (``crash_reply``)
     except (Exception, DeadlineExceeded) as error:  # noqa: BLE001 - model-caused: not a crash
         result = env.step_failed(action, error)
         info = dict(result.info or {})
@@ -95,6 +99,16 @@ def _dispatch(env: Environment, command: str, args: tuple) -> Any:
     raise ValueError(f"unknown worker command {command!r}")
 
 
+def crash_reply(env: Environment, error: EnvironmentCrashed) -> tuple[str, str]:
+    """The ``("crashed", message)`` a slot answers when ``env`` raised ``EnvironmentCrashed``,
+    after closing ``env`` (best effort: the slot then rebuilds it)."""
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - a broken environment may not close cleanly
+        pass
+    return "crashed", f"EnvironmentCrashed: {error}"
+
+
 def _worker_main(conn, factory: str, env_kwargs: dict[str, Any]) -> None:
     env = instantiate(factory, env_kwargs)
     while True:
@@ -106,6 +120,9 @@ def _worker_main(conn, factory: str, env_kwargs: dict[str, Any]) -> None:
             break
         try:
             conn.send(("ok", _handle(env, command, args)))
+        except EnvironmentCrashed as error:  # the parent restarts this worker
+            conn.send(crash_reply(env, error))
+            return
         except Exception as error:  # noqa: BLE001 - report, keep the worker alive
             conn.send(("error", f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
     env.close()
@@ -137,10 +154,14 @@ class _ProcessSlot:
         try:
             if not self.conn.poll(self.timeout):
                 raise TimeoutError(f"no answer in {self.timeout:.0f}s")
-            return self.conn.recv()
+            reply = self.conn.recv()
         except (EOFError, OSError, TimeoutError) as error:
             self.restart()
             return "crashed", f"{type(error).__name__}: {error}"
+        if reply[0] == "crashed":  # the worker closed its environment and exits
+            self.process.join(timeout=10)
+            self.restart()
+        return reply
 
     def restart(self) -> None:
         self.restarts += 1
@@ -160,6 +181,7 @@ class _ProcessSlot:
 
 class _LocalSlot:
     def __init__(self, env_name: str, env_kwargs: dict[str, Any]):
+        self.env_name, self.env_kwargs = env_name, env_kwargs
         self.env = make_env(env_name, **env_kwargs)
         self.restarts = 0
         self._pending: tuple[str, Any] | None = None
@@ -167,6 +189,10 @@ class _LocalSlot:
     def send(self, command: str, args: tuple) -> None:
         try:
             self._pending = ("ok", _handle(self.env, command, args))
+        except EnvironmentCrashed as error:
+            self._pending = crash_reply(self.env, error)
+            self.restarts += 1
+            self.env = make_env(self.env_name, **self.env_kwargs)
         except Exception as error:  # noqa: BLE001
             self._pending = ("error", f"{type(error).__name__}: {error}")
 

@@ -24,6 +24,7 @@ Unparsable output is an invalid action (``valid=False``), never an exception.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -205,9 +206,13 @@ def chat_messages(
     count_tokens: Callable[[str], int],
     budget: int,
     message_overhead: int = 8,
+    tools: list[dict] | None = None,
 ) -> list[dict[str, str]]:
     """The chat prompt of a conversational environment: ``[system: instruction] +
-    transcript``, trimmed until its estimated size fits ``budget`` tokens.
+    transcript``, trimmed until its estimated size fits ``budget`` tokens. ``tools`` (an
+    environment's ``info["tools"]``, BFCL's ``tool_prompt="chat_template"``) ride on the
+    system message as its ``"tools"`` key, which ``engine.chat.encode_chat`` hands to the
+    chat template; their JSON counts towards the system message's size.
 
     The size estimate is ``sum(count_tokens(content) + message_overhead)`` over all
     messages (the overhead covers the template's role markers). Trimming order:
@@ -227,8 +232,10 @@ def chat_messages(
     results become notes (21), then "u1" goes (20). Budget 5: everything but the system
     message and "u2" goes (2). ``tests/test_bfcl_prompt.py`` checks these three cases.
     """
-    messages = [{"role": "system", "content": instruction}] + [dict(m) for m in transcript]
+    system = {"role": "system", "content": instruction} | ({"tools": tools} if tools else {})
+    messages = [system] + [dict(m) for m in transcript]
     cost = [count_tokens(m["content"]) + message_overhead for m in messages]
+    cost[0] += count_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0
     total = sum(cost)
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
     current = users[-1] if users else len(messages)

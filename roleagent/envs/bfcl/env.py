@@ -30,6 +30,7 @@ from roleagent.envs.bfcl.diagnosis import PRIORITY_LABELS, diagnose_evidence
 from roleagent.envs.bfcl.episode import Episode
 from roleagent.envs.bfcl.interface import EvolvedInterface, FailureProfile, PlainInterface
 from roleagent.envs.bfcl.parsing import CALL_FORMATS
+from roleagent.envs.bfcl.schemas import chat_template_tools
 from roleagent.types import Task, Trajectory
 
 BASE_PROMPT = (
@@ -60,6 +61,14 @@ PYTHON_TOOLS = (
     "func_name2(params)]\nYou SHOULD NOT include any other text in a response that calls "
     "functions.\n\nHere is a list of functions in JSON format that you can invoke.\n{tools}"
 )
+
+
+def _checked_tool_prompt(tool_prompt: str, call_format: str) -> str:
+    if tool_prompt not in ("text", "chat_template"):
+        raise ValueError(f"tool_prompt must be 'text' or 'chat_template', got {tool_prompt!r}")
+    if tool_prompt == "chat_template" and call_format != "qwen":
+        raise ValueError("tool_prompt='chat_template' needs call_format='qwen' (templates ask for <tool_call> blocks)")
+    return tool_prompt
 
 
 class BFCLEnv(Environment):
@@ -94,6 +103,15 @@ class BFCLEnv(Environment):
         tool_format: ``"full"`` (bfcl's schemas, default) or ``"compact"`` (first sentence
             of each description, no backend preamble, minified JSON: roughly half the
             prompt tokens; ``interface.compact_doc``). Applies to train and eval alike.
+        tool_prompt: how the tools reach the model. ``"text"`` (default, bfcl parity):
+            the Qwen2.5 / Hermes tools block (``QWEN_TOOLS``, or ``PYTHON_TOOLS``) in the
+            instruction, whatever the model. ``"chat_template"``: the instruction leaves
+            the tools out and ``info["tools"]`` carries them (``schemas.chat_template_tools``);
+            the rollout puts them on the system message and the engine renders them with
+            the model's own template (``apply_chat_template(messages, tools=...)``). Needs
+            ``call_format="qwen"`` (the model must answer in ``<tool_call>`` blocks, as
+            Qwen2.5's and Hermes' templates ask); a template that ignores ``tools`` (e.g.
+            SmolLM2's) is an error when the prompt is encoded (``engine.chat``).
         classes: keep only tasks whose ``involved_classes`` are all in this list
             (e.g. ``[TradingBot]``: single-backend tasks with short tool lists).
         train_per_category / eval_per_category: keep the first k tasks of each category
@@ -137,9 +155,11 @@ class BFCLEnv(Environment):
         train_per_category: int = 0,
         eval_per_category: int = 0,
         split: str = "roleagent",
+        tool_prompt: str = "text",
     ) -> None:
         if call_format not in CALL_FORMATS:
             raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
+        self.tool_prompt = _checked_tool_prompt(tool_prompt, call_format)
         if interface not in ("plain", "evolved"):
             raise ValueError(f"interface must be 'plain' or 'evolved', got {interface!r}")
         unknown = [c for c in categories if c not in data.CATEGORIES]
@@ -249,7 +269,9 @@ class BFCLEnv(Environment):
         ep = self._episode
         tools = ep.render_tools(ep.tool_docs(ep.available))
         template = QWEN_TOOLS if self.call_format == "qwen" else PYTHON_TOOLS
-        instruction = BASE_PROMPT + "\n\n" + template.format(tools=tools)
+        instruction = BASE_PROMPT
+        if self.tool_prompt == "text":
+            instruction += "\n\n" + template.format(tools=tools)
         for note in self._interface.notes([d["name"] for d in ep.tool_docs(ep.available)]):
             instruction += "\n\n" + note
         guidelines = self._interface.guidelines()
@@ -266,6 +288,8 @@ class BFCLEnv(Environment):
             "cues": sorted(self._interface.active),
             "messages": [{"role": "user", "content": first}],
         }
+        if self.tool_prompt == "chat_template":
+            info["tools"] = chat_template_tools(tools)
         return first, info
 
     def step(self, action: str) -> StepResult:

@@ -93,3 +93,43 @@ def compact_doc(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"name": doc.get("name"), "description": _first_sentence(desc)}
     out["parameters"] = {"properties": props, "required": list(params.get("required", []) or [])}
     return out
+
+
+# ------------------------------------------------- tools for a chat template -------
+
+#: bfcl's parameter types → JSON Schema's, as bfcl's own OpenAI-style handlers convert them
+JSON_SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "bool": "boolean"}
+
+
+def _json_schema(node: Any) -> Any:
+    """A copy of a bfcl schema with its types renamed (``JSON_SCHEMA_TYPES``); an ``"any"``
+    type is dropped (JSON Schema's default: any value)."""
+    if isinstance(node, list):
+        return [_json_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _json_schema(v) for k, v in node.items() if not (k == "type" and v == "any")}
+    if isinstance(out.get("type"), str):
+        out["type"] = JSON_SCHEMA_TYPES.get(out["type"], out["type"])
+    return out
+
+
+def chat_template_tools(rendered: str) -> list[dict[str, Any]]:
+    """The tools of a rendered tool list (one JSON doc a line, as the interface renders
+    them: plain, compact or with schema cues) in the shape chat templates take
+    (``tokenizer.apply_chat_template(messages, tools=...)``): ``{"type": "function",
+    "function": {"name", "description", "parameters"}}``, bfcl's types renamed to JSON
+    Schema's. E.g. ``{"name": "ls", "description": "List.", "parameters": {"type":
+    "dict", "properties": {"a": {"type": "boolean"}}}}`` becomes ``{"type": "function",
+    "function": {"name": "ls", "description": "List.", "parameters": {"type": "object",
+    "properties": {"a": {"type": "boolean"}}}}}``."""
+    out = []
+    for line in rendered.splitlines():
+        doc = json.loads(line)
+        parameters = _json_schema(doc.get("parameters") or {})
+        parameters.setdefault("type", "object")
+        function = {"name": doc["name"], "description": doc.get("description", ""), "parameters": parameters}
+        if "response" in doc:
+            function["response"] = _json_schema(doc["response"])
+        out.append({"type": "function", "function": function})
+    return out

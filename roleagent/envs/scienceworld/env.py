@@ -139,9 +139,13 @@ class ScienceWorldEnv(Environment):
         if self._sim is None or self._task is None:
             raise RuntimeError("ScienceWorldEnv.step before reset")
         action = action.strip()
-        # self._sim, not self.simulator: a JVM that died mid-episode fails this step (the
-        # worker's step_failed ends the episode); the next reset starts a new one.
-        observation, _, completed, info = self._sim.step(action)
+        # self._sim, not self.simulator: a JVM that died mid-episode is a crash (the episode
+        # is not the action's failure); the next reset starts a new JVM.
+        try:
+            observation, _, completed, info = self._sim.step(action)
+        except Exception as error:
+            jvm.raise_if_dead(self._sim, error)
+            raise  # the JVM is alive: the action's failure (the worker's step_failed)
         self._actions.append(action)
         score = int(info["score"])
         reward = (max(score, 0) - self._score) / 100.0

@@ -50,6 +50,26 @@ def java_process(sim) -> subprocess.Popen:
     return sim._gateway.java_process
 
 
+def raise_if_dead(sim, error: BaseException) -> None:
+    """Raise ``EnvironmentCrashed`` (from ``error``) when ``sim``'s JVM has exited, so a
+    step that failed because the simulator died is a crashed episode, not a failure.
+    py4j may notice a dying JVM as a reset connection (a ``Py4JError`` "An error occurred
+    while calling o2.step") before the process has exited, so after a py4j error other
+    than a Java exception this waits up to 2 s for the exit; after a Java exception
+    (``Py4JJavaError``: the JVM is alive) or a Python error it only looks."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    from roleagent.envs.base import EnvironmentCrashed
+
+    process = java_process(sim)
+    broken = isinstance(error, Py4JError) and not isinstance(error, Py4JJavaError)
+    try:
+        code = process.wait(timeout=2.0 if broken else 0.0)
+    except subprocess.TimeoutExpired:
+        return
+    raise EnvironmentCrashed(f"the ScienceWorld JVM (pid {process.pid}) exited with code {code}") from error
+
+
 def shutdown(sim, timeout: float = 10.0) -> None:
     """Stop ``sim``'s gateway and JVM and wait for it; kill it if it has not exited after
     ``timeout`` seconds. Safe to call on a JVM that already died."""
