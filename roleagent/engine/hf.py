@@ -46,6 +46,7 @@ from roleagent.engine.prefix_cache import (
     row_kv,
 )
 from roleagent.models.loading import Policy
+from roleagent.models.precision import autocast_region
 
 __all__ = ["Generation", "HFEngine", "SamplingParams", "encode_chat"]
 
@@ -135,9 +136,10 @@ class HFEngine:
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
         rows = [None] * len(prompts) if allowed is None else [None if a is None else TokenTrie(a) for a in allowed]
         results: list[Generation] = []
-        for start in range(0, len(prompts), self.max_batch):
-            end = start + self.max_batch
-            results.extend(self._generate_batch(prompts[start:end], params, rows[start:end]))
+        with autocast_region(self.policy.model):  # bf16: fp32 master weights cast once, not per token
+            for start in range(0, len(prompts), self.max_batch):
+                end = start + self.max_batch
+                results.extend(self._generate_batch(prompts[start:end], params, rows[start:end]))
         return results
 
     def _generate_batch(

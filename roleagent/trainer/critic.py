@@ -41,6 +41,7 @@ import torch
 from roleagent.algos.gae import clipped_value_loss, explained_variance
 from roleagent.critic_config import CriticConfig
 from roleagent.models.loading import Policy, policy_from_config
+from roleagent.models.precision import master_params
 from roleagent.trainer.optimizer import Optimizer
 from roleagent.trainer.samples import micro_batches
 
@@ -69,7 +70,7 @@ class Critic:
         self.head = torch.nn.Linear(self.backbone.config.hidden_size, 1).to(self.device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
-        self.backbone_params = [] if self.shared else [p for p in self.backbone.parameters() if p.requires_grad]
+        self.backbone_params = [] if self.shared else master_params(self.backbone)  # fp32 master weights
         self.params = [*self.head.parameters(), *self.backbone_params]
         self.stepper = Optimizer.from_config(self.params, cfg, what="critic")
         self.optimizer = self.stepper.adamw  # what checkpoints save

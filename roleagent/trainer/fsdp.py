@@ -48,6 +48,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from roleagent.models.precision import master_params
 from roleagent.trainer.distributed import DataParallel
 
 
@@ -57,6 +58,7 @@ def shard_model(model: torch.nn.Module) -> list[FSDPModule]:
     layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
     if not layers:
         raise ValueError(f"{type(model).__name__}: no decoder layers (_no_split_modules) to shard with FSDP")
+    master_params(model)  # fp32 master weights before sharding (roleagent.models.precision)
     for layer in layers:
         fully_shard(layer)
     fully_shard(model)

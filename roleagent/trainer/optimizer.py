@@ -98,6 +98,12 @@ class Optimizer:
         what: str = "optimizer",
     ):
         self.params = list(params)
+        low = [p.dtype for p in self.params if p.dtype in (torch.bfloat16, torch.float16)]
+        if low:  # AdamW steps below a bf16 weight's rounding would be lost
+            raise ValueError(
+                f"{what}: {len(low)} trainable tensors in {low[0]}; an optimizer needs fp32 master "
+                "weights (roleagent.models.precision.master_params)"
+            )
         self.adamw = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
         for group in self.adamw.param_groups:  # present from the start: FSDP's state dicts need equal keys
             group["schedule_step"] = 0

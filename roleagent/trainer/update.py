@@ -62,6 +62,7 @@ import torch
 from roleagent.algos import policy_loss
 from roleagent.config import OptimConfig
 from roleagent.models.loading import Policy
+from roleagent.models.precision import compute_dtype, master_params
 from roleagent.trainer.nonfinite import diagnose
 from roleagent.trainer.optimizer import Optimizer
 from roleagent.trainer.samples import (
@@ -94,7 +95,7 @@ class Updater:
         self.policy = policy
         self.cfg = cfg
         self.temperature = temperature
-        self.params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.params = master_params(policy.model)  # fp32 master weights (roleagent.models.precision)
         # total_steps: the schedule's length (a cosine schedule decays over it)
         self.stepper = Optimizer.from_config(
             self.params, cfg, total_steps=total_steps, diagnostics_path=diagnostics_path, what="policy"
@@ -104,6 +105,7 @@ class Updater:
         self.reference = None
         if cfg.kl_coef > 0 and not policy.lora:  # LoRA: the base with adapters off is the reference
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+            self.reference.to(compute_dtype(policy.model))  # frozen: back to bf16 (no-op in fp32)
 
     # the non-finite bookkeeping lives in the optimizer helper
     nonfinite_streak = property(lambda self: self.stepper.nonfinite_streak)
