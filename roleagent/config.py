@@ -220,7 +220,7 @@ class TrainConfig:
     methods: list = _f(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
-        "roleagent.methods (a roleagent.methods.Method subclass); built-in methods are switched "
+        "roleagent.methods (a roleagent.trainer.methods.Method subclass); built-in methods are switched "
         "on by their section's 'enabled'",
     )
     method_settings: dict = _f(
@@ -318,7 +318,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill in what a valid config leaves implied (after :func:`validate`, which never
     changes the config): each enabled method's ``Method.resolve_config`` (e.g. SEAL's
     ``env.kwargs.interface`` follows ``seal.interface_evolution``)."""
-    from roleagent.methods import method_classes
+    from roleagent.trainer.methods import method_classes
 
     for cls in method_classes(cfg):
         cls.resolve_config(cfg)
@@ -391,7 +391,7 @@ def validate(cfg: TrainConfig) -> None:
     check_rollout(r)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
-    from roleagent.methods import check_methods, method_classes
+    from roleagent.trainer.methods import check_methods, method_classes
 
     check_components(cfg)  # report_to, model.engine (and its server), algo.name, critic
     check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)

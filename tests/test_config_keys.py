@@ -8,7 +8,7 @@ do not count either.
 
 One allow-list, derived rather than typed: the built-in method sections of
 :class:`TrainConfig` (``wia``, ``aiw``, ``seal``, ``agent_r``, ``asl``) are read by
-``roleagent.methods`` as ``getattr(cfg, section)`` for each key of its ``METHODS``
+``roleagent.trainer.methods`` as ``getattr(cfg, section)`` for each key of its ``METHODS``
 registry, which a literal-name search cannot see; the test checks that this read exists.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import roleagent
 from roleagent.config import TrainConfig
-from roleagent.methods import METHODS
+from roleagent.trainer.methods import METHODS
 
 PKG = Path(roleagent.__file__).resolve().parent
 
@@ -77,7 +77,7 @@ def unread_keys() -> list[str]:
         inside = range(start, start + len(lines))
         for f in dataclasses.fields(cls):
             if cls is TrainConfig and f.name in METHODS:
-                continue  # read by roleagent.methods as getattr(cfg, section) (checked below)
+                continue  # read by roleagent.trainer.methods as getattr(cfg, section) (checked below)
             if not [(p, n) for p, n in read.get(f.name, []) if not (p == where and n in inside)]:
                 unread.append(f"{cls.__name__}.{f.name}")
     return unread
@@ -89,7 +89,7 @@ def test_every_config_key_is_read_somewhere():
 
 
 def test_method_sections_are_read_through_the_registry():
-    source = (PKG / "methods" / "__init__.py").read_text()
+    source = (PKG / "trainer" / "methods.py").read_text()
     assert "getattr(cfg, section)" in source and "METHODS.items()" in source
     assert set(METHODS) <= {f.name for f in dataclasses.fields(TrainConfig)}
 

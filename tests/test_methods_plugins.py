@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roleagent.fields import _f
-from roleagent.methods import Method
+from roleagent.trainer.methods import Method
 
 CALLS = []
 
@@ -127,7 +127,7 @@ def test_method_from_an_entry_point(external, monkeypatch):
         lambda kind: {"half": "ext_method_mod:Half"} if kind == "methods" else real(kind),
     )
     cfg = load_config(None, TINY + ["algo.name=grpo", "wia.enabled=false", "methods=[half]"])
-    from roleagent.methods import method_classes
+    from roleagent.trainer.methods import method_classes
 
     assert [c.__name__ for c in method_classes(cfg)] == ["Half"]
 
@@ -217,3 +217,16 @@ def test_loop_has_no_method_specific_branch():
     assert found == ""
     loop = (ROOT / "roleagent" / "trainer" / "loop.py").read_text().lower()
     assert not [name for name in ("seal", "wia", "aiw") if name in loop]
+
+
+def test_the_interface_lives_with_the_trainer_and_the_old_imports_still_work():
+    """The trainer owns the plug-in interface (``roleagent.trainer.methods``); the paths plug-ins
+    used before (``roleagent.methods``, ``roleagent.methods.base``) name the same objects."""
+    import roleagent.methods
+    import roleagent.methods.base
+    import roleagent.trainer.methods as api
+
+    assert api.Method.__module__ == "roleagent.trainer.methods"
+    for old in (roleagent.methods, roleagent.methods.base):
+        assert old.Method is api.Method and old.MethodContext is api.MethodContext
+    assert roleagent.methods.build_methods is api.build_methods and roleagent.methods.METHODS is api.METHODS

@@ -40,7 +40,6 @@ from roleagent.config import ConfigError, TrainConfig
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
-from roleagent.methods import MethodContext, build_methods
 from roleagent.models.hub import check_hub_model
 from roleagent.models.loading import engine_policy
 from roleagent.rollout import rollout_settings
@@ -57,6 +56,7 @@ from roleagent.trainer.checkpoint import (
 )
 from roleagent.trainer.critic import build_critic
 from roleagent.trainer.evaluate import evaluate_panel
+from roleagent.trainer.methods import MethodContext, build_methods
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,

@@ -1,5 +1,5 @@
 """The stages of one training iteration, each a small protocol with today's behaviour as
-its default. A method (``roleagent.methods.Method``) may replace a stage or hook around it;
+its default. A method (``roleagent.trainer.methods.Method``) may replace a stage or hook around it;
 the loop (``roleagent.trainer.loop``) only calls the stages.
 
 =============  =============================  ==========================================
@@ -34,8 +34,8 @@ from roleagent.trainer.update import Updater
 from roleagent.types import Task, Trajectory
 
 if TYPE_CHECKING:
-    from roleagent.methods.base import Method
     from roleagent.trainer.advantages import StepBatch
+    from roleagent.trainer.methods import Method
 
 
 class TaskSource(Protocol):

@@ -44,8 +44,8 @@ from roleagent.methods.asl.roles import (
     role_task,
     verification_pairs,
 )
-from roleagent.methods.base import Method
 from roleagent.rollout import RolloutStats, run_episodes
+from roleagent.trainer.methods import Method
 from roleagent.trainer.stages import RolloutCollector
 from roleagent.types import Task, Trajectory
 

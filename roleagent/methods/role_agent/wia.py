@@ -45,8 +45,8 @@ import numpy as np
 from roleagent import algos
 from roleagent.engine.base import SamplingParams
 from roleagent.fields import ConfigError
-from roleagent.methods.base import Method
 from roleagent.trainer.advantages import Advantages, StepBatch
+from roleagent.trainer.methods import Method
 from roleagent.trainer.samples import TrainSample
 from roleagent.types import Trajectory
 

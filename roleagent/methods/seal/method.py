@@ -1,7 +1,7 @@
 """SEAL (Hu et al., 2026) in the training loop: diagnosis → weights, profile → interface.
 
 ``SealMethod`` (section ``seal``) plugs into the loop as a
-:class:`roleagent.methods.Method`. Per iteration k:
+:class:`roleagent.trainer.methods.Method`. Per iteration k:
 
 1. rollouts on interface I_k (train tasks; the env applies the evolved interface to the
    ``train`` split only, evaluation always sees the plain one);
@@ -59,9 +59,9 @@ from roleagent.algos.seal import (
     reweight_advantages,
     seal_trajectory_weights,
 )
-from roleagent.methods.base import Method
 from roleagent.methods.seal.config import SEALConfig, validate_seal
 from roleagent.trainer.advantages import StepBatch
+from roleagent.trainer.methods import Method
 from roleagent.types import Step, Trajectory
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from roleagent.engine.base import SamplingParams
-from roleagent.methods.base import Method
 from roleagent.methods.role_agent.aiw.agent_in_world import AgentInWorld
 from roleagent.methods.role_agent.aiw.prompts import (
     RETRIEVAL_ANSWER_PREFIX,
@@ -23,6 +22,7 @@ from roleagent.methods.role_agent.aiw.prompts import (
     RETRIEVAL_STOP_AFTER_PREFIX,
 )
 from roleagent.methods.role_agent.aiw.roles import analyst_prefix, analyst_stop
+from roleagent.trainer.methods import Method
 from roleagent.types import Task
 
 #: A shared prefix shorter than this is not worth a separate prefill call.
