@@ -26,6 +26,7 @@ from roleagent.methods.asl.config import RULES as ASL_RULES
 SEED = within(0, 2**32 - 1)  # numpy's seed range
 DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None, "auto | cpu | mps | cuda | cuda:N")
 
+DATA: Rule = (lambda v: v == "" or Path(v).expanduser().exists()), "'' or an existing file or datasets folder"
 FIELD_RULES: dict[str, Rule] = {
     "run_dir": FOLDER,
     "seed": SEED,
@@ -132,7 +133,7 @@ FIELD_RULES: dict[str, Rule] = {
     "sft.analyst_eval_tasks": count(0),
     "sft.judge_tasks": count(1),
     "sft.judge_eval_tasks": count(0),
-    "sft.data": ((lambda v: v == "" or Path(v).expanduser().exists()), "'' or an existing file or datasets folder"),
+    "sft.data": DATA,
     "sft.epochs": count(1),
     "sft.lr": above(0),
     "sft.lr_schedule": one_of("constant", "cosine"),
@@ -191,10 +192,7 @@ FIELD_RULES: dict[str, Rule] = {
     "agent_r.lr": above(0),
     "agent_r.batch_examples": count(1),
     "agent_r.micro_batch_tokens": count(16),
-    "agent_r.general_data": (
-        (lambda v: v == "" or Path(v).expanduser().exists()),
-        "'' or an existing file or datasets folder",
-    ),
+    "agent_r.general_data": DATA,
     "agent_r.eta": within(0, 1, open_low=True),
 }
 FIELD_RULES.update(ASL_RULES)

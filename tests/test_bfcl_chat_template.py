@@ -149,4 +149,5 @@ def test_rollout_prompts_carry_the_tools_to_the_template(scripted_engine, tokeni
             settings=RolloutSettings(max_steps=2, action_format="raw"),
         )
     first = qwen.decode(prompts[0])
-    assert "# Tools" in first and '"name": "ls"' in first and first.count("<tools>") == 1
+    # one tool block, the template's (its header also names the tags: "within <tools></tools> XML tags")
+    assert "# Tools" in first and first.count('"name": "ls"') == 1 and first.count("<tools>\n") == 1

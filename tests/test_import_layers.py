@@ -48,6 +48,8 @@ METHOD_NAMES_ALLOWED: dict[tuple[str, str], str] = {
 #: (importer, imported) → why this import may close a cycle. Each points up a floor; the
 #: rest of the graph is acyclic.
 CYCLE_EDGES_ALLOWED: dict[tuple[str, str], str] = {
+    ("roleagent.sft.data", "roleagent.sft.sources"): "read_examples, the entry point 11 modules import from "
+    "sft.data, reads through the format readers, which build on data's checks (mend: move it into sources)",
     ("roleagent.config", "roleagent.trainer.methods"): "load_config runs the methods' checks and resolve_config "
     "(issue 25: run them when the trainer starts, config a leaf)",
     ("roleagent.config", "roleagent.trainer"): "the package of roleagent.trainer.methods (same import as above)",
