@@ -84,7 +84,7 @@ def agenttraj_example(record: dict[str, Any], where: str, *, eos: bool = False):
         speaker, loss = turn.get("from"), turn.get("loss")
         if speaker not in SPEAKERS:
             raise SFTDataError(f"{where}: conversations[{i}]: from {speaker!r} is not one of {', '.join(SPEAKERS)}")
-        if loss not in (True, False, None):
+        if loss is not None and not isinstance(loss, bool):  # (1 == True: a membership test lets 1 and 0 pass)
             raise SFTDataError(f"{where}: conversations[{i}]: loss must be true, false or null")
         role = SPEAKERS[speaker]
         if role != "assistant" and loss:
