@@ -162,7 +162,7 @@ class ShardedCollector:
         return [t for part, _ in parts for t in part], merged
 
 
-def _sum_hook(_state, bucket) -> torch.futures.Future:
+def _sum_hook(_state, bucket):  # no annotation: DDP checks it against Future[Tensor] unevaluated
     """DDP communication hook: the SUM of a gradient bucket over ranks (DDP's default
     divides by the world size; the loss is already divided by the global token count)."""
     return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
