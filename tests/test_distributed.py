@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import pickle
+import random
 import socket
 from pathlib import Path
 
@@ -179,3 +180,40 @@ def test_cli_nproc_runs_torchrun_with_a_rank_per_process(tmp_path, capsys):
     assert (tmp_path / "ranks" / "rank1" / "checkpoints" / "latest").is_file()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert sum('"iteration": 0' in line for line in lines) == 1  # rank 0 alone writes the metrics
+
+
+# ----------------------------------------------- the update alone, through DDP ------
+
+
+def _ddp_update_rank(rank: int, world: int, port: int, out: str, n_samples: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    from tests.test_fsdp import SAMPLES, _updater
+
+    dp = DataParallel(backend="gloo")
+    updater = _updater()
+    updater.data_parallel = dp
+    try:
+        metrics = updater.update(list(SAMPLES[:n_samples]), random.Random(0))
+        weights = {k: v.detach().clone() for k, v in updater.policy.model.named_parameters()}
+        Path(out, f"rank{rank}.pkl").write_bytes(pickle.dumps((metrics, weights, type(dp._ddp).__name__)))
+    finally:
+        dp.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_samples", [3, 1])  # 3: ranks run 2 and 1 micro-batches; 1: rank 1 has none
+def test_ddp_update_equals_one_process(tmp_path, n_samples):
+    from tests.test_fsdp import SAMPLES, _updater
+
+    mp.spawn(_ddp_update_rank, args=(2, _free_port(), str(tmp_path), n_samples), nprocs=2, join=True)
+    ranks = [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(2)]
+    single = _updater()
+    init = {k: v.detach().clone() for k, v in single.policy.model.named_parameters()}
+    expected = single.update(list(SAMPLES[:n_samples]), random.Random(0))
+    weights = {k: v.detach().clone() for k, v in single.policy.model.named_parameters()}
+    assert max(float((weights[k] - init[k]).abs().max()) for k in weights) > 1e-4
+    for metrics, ranked, wrapper in ranks:
+        assert wrapper == "DistributedDataParallel"
+        _assert_close(ranked, weights, atol=1e-5)
+        assert metrics["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)

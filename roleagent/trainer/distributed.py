@@ -10,9 +10,13 @@ Launch the same recipe with ``torchrun --nproc_per_node N -m roleagent.cli train
    the same on every rank;
 3. in each mini-batch computes the backward of its share of the samples
    (:meth:`DataParallel.shard`), with the loss still divided by the mini-batch's global
-   token count, and sums the gradients over ranks (:meth:`DataParallel.all_reduce_grads`):
+   token count, through ``torch.nn.parallel.DistributedDataParallel``
+   (:meth:`DataParallel.training_model`): micro-batches accumulate locally (``no_sync``)
+   and the last one's backward sums the gradients over ranks in buckets, overlapped with
+   that backward (a SUM hook, :func:`_sum_hook`, in place of DDP's mean):
    ``Σ_ranks Σ_{tokens of the rank} ℓ / n_tokens`` is the single-process token mean, so
    clipping and the AdamW step are identical on every rank and the weights stay equal.
+   Gradients are summed in the trained weights' dtype, fp32 (``roleagent.models.precision``).
 
 Sampling: rank r > 0 seeds its engine with ``seed + r`` (the same seed everywhere would
 repeat rank 0's draws when a task's group is split between ranks). Files: rank 0 owns ``run_dir`` (metrics, rollouts, checkpoints, the lock). Rank r > 0
@@ -24,11 +28,12 @@ The backend is gloo on CPU and NCCL when the policy is on CUDA (``model.device``
 ``LOCAL_RANK`` picks the GPU). Evaluation panels and the SFT warm start are run by every
 rank in full (identically), not split. ``optim.fsdp`` shards the policy with FSDP2
 (:mod:`roleagent.trainer.fsdp`); the hooks it overrides here are ``loss_scale``,
-``padding`` and ``reduce_grads``.
+``padding``, ``training_model`` and ``syncing``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -36,6 +41,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from roleagent.config import ConfigError, TrainConfig
 from roleagent.rollout import RolloutStats
@@ -91,29 +97,28 @@ class DataParallel:
         dist.all_gather_object(out, value)
         return out
 
-    def all_reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum the gradients over ranks in one flat buffer (a rank without a gradient
-        for a parameter contributes zeros)."""
-        if not params:
-            return
-        flat = torch.cat(
-            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params]
-        ).to(self.device)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[offset : offset + n].view_as(p).to(device=p.device, dtype=p.dtype)
-            offset += n
-
     loss_scale = 1.0  # each rank's loss factor before backward (FSDP's mean over ranks needs the world size)
+    _ddp: DistributedDataParallel | None = None
+
+    def training_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """What the update's forwards run through: ``model`` wrapped in
+        ``DistributedDataParallel`` (built on first use, a collective; rebuilt for another
+        model), whose backward sums the gradients over ranks in buckets while it runs."""
+        if self._ddp is None or self._ddp.module is not model:
+            device_ids = None if self.device.type == "cpu" else [self.device]
+            self._ddp = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+            self._ddp.register_comm_hook(None, _sum_hook)
+        return self._ddp
+
+    def syncing(self, last: bool):
+        """Context of one micro-batch's forward and backward: gradients accumulate locally
+        (``no_sync``) except in the last one, whose backward sums the accumulated ones."""
+        return contextlib.nullcontext() if last else self._ddp.no_sync()
 
     def padding(self, micros: list[list], computed: list) -> list[list]:
-        """Dummy micro-batches to run with weight 0 (none: the gradient all-reduce is one collective)."""
-        return []
-
-    def reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
-        self.all_reduce_grads(params)
+        """Dummy micro-batches to run with weight 0: one when this rank has no samples in
+        the mini-batch, so that it still joins the synced backward (the gradient sum)."""
+        return [] if micros else [computed[:1]]
 
     def merge_totals(self, totals: dict[str, list[float]]) -> dict[str, list[float]]:
         """The update's per-step metric terms of all ranks, concatenated by key (each term
@@ -155,6 +160,12 @@ class ShardedCollector:
                 else:
                     setattr(merged, f.name, getattr(merged, f.name) + value)
         return [t for part, _ in parts for t in part], merged
+
+
+def _sum_hook(_state, bucket):  # no annotation: DDP checks it against Future[Tensor] unevaluated
+    """DDP communication hook: the SUM of a gradient bucket over ranks (DDP's default
+    divides by the world size; the loss is already divided by the global token count)."""
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 
 def rank_config(cfg: TrainConfig, rank: int) -> TrainConfig:

@@ -129,8 +129,13 @@ class FSDPDataParallel(DataParallel):
         most = max(self.gather(len(micros)))
         return [computed[:1]] * (most - len(micros))
 
-    def reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
-        """Nothing: the backward already reduce-scattered the gradients."""
+    def training_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The sharded model itself: its backward reduce-scatters the gradients."""
+        return model
+
+    def syncing(self, last: bool):
+        """Every micro-batch's backward reduce-scatters (no local accumulation)."""
+        return contextlib.nullcontext()
 
 
 class ShardedObjective:

@@ -40,7 +40,8 @@ as verl's actor does; ``roleagent.trainer.nonfinite`` records where it came from
 step after that many consecutive skips raises ``FloatingPointError``.
 
 Data parallel (``roleagent.trainer.distributed``, ``roleagent.trainer.fsdp``): each rank
-back-propagates its share of a mini-batch with the same global denominator, gradients summed over ranks.
+back-propagates its share of a mini-batch with the same global denominator, gradients summed over ranks
+(plain data parallel: by ``DistributedDataParallel`` in the last micro-batch's backward).
 
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
@@ -174,11 +175,13 @@ class Updater:
             out.update(logprob_shift(self, [s for s, skip in zip(samples, skipped) if not skip]))
         return out
 
-    def micro_loss(self, micro: list[TrainSample], probe: dict | None = None):
+    def micro_loss(self, micro: list[TrainSample], probe: dict | None = None, model=None):
         """Collate ``micro`` and compute its token-mean policy loss; returns ``(loss,
         metrics, parts)`` with ``parts`` the (B, K) tensors it used (``probe``: see
-        :func:`token_logprobs`, filled for the policy's logits)."""
-        cfg, model = self.cfg, self.policy.model
+        :func:`token_logprobs`, filled for the policy's logits). ``model``: what the policy's
+        forward runs through (data parallel: its DDP wrapper), else the policy."""
+        cfg = self.cfg
+        model = self.policy.model if model is None else model
         *tensors, keep = collate(micro, self.policy.tokenizer.pad_token_id, self.policy.device, cfg.skip_zero_advantage)
         input_ids, attention, positions, targets, old, mask, advantages = tensors
         common = dict(temperature=self.temperature, allowed=allowed_positions(micro, keep))
@@ -223,18 +226,18 @@ class Updater:
         dp = self.data_parallel
         micros = micro_batches(computed if dp is None else dp.shard(computed), self.cfg.micro_batch_tokens)
         scale, padding = (1.0, []) if dp is None else (dp.loss_scale, dp.padding(micros, computed))
+        model = self.policy.model if dp is None else dp.training_model(self.policy.model)
+        passes = [*micros, *padding]  # padding: dummy passes of weight 0 (the ranks' collectives match)
         losses = []
-        for micro in micros:
-            loss, metrics, parts = self.micro_loss(micro)
-            share = float(parts["mask"].sum())
-            (loss * (scale * share / n_tokens)).backward()
-            losses.append(loss.detach())
-            for key, value in metrics.items():
-                totals.setdefault(key, []).append(value * share / n_computed)
-        for micro in padding:  # FSDP: as many forward/backward passes (collectives) as every rank
-            (self.micro_loss(micro)[0] * 0.0).backward()
-        if dp is not None:
-            dp.reduce_grads(self.params)
+        for k, micro in enumerate(passes):
+            with contextlib.nullcontext() if dp is None else dp.syncing(last=k == len(passes) - 1):
+                loss, metrics, parts = self.micro_loss(micro, model=model)
+                share = float(parts["mask"].sum()) if k < len(micros) else 0.0
+                (loss * (scale * share / n_tokens)).backward()
+            if k < len(micros):
+                losses.append(loss.detach())
+                for key, value in metrics.items():
+                    totals.setdefault(key, []).append(value * share / n_computed)
         return micros, losses
 
     def _step(self, diagnosis=None) -> float | None:
