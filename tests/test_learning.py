@@ -82,17 +82,23 @@ def evaluations(run_dir) -> dict[str, dict]:
     }
 
 
+def zero_advantages_in(patch: pytest.MonkeyPatch) -> None:
+    """Replace the estimator's answer by zeros (before any method adjusts it): the update
+    switched off, the controls' setting."""
+    real = loop_module.compute_advantages
+
+    def zeroed(batch, cfg):
+        out = real(batch, cfg)
+        out.value = np.zeros_like(out.value)
+        return out
+
+    patch.setattr(loop_module, "compute_advantages", zeroed)
+
+
 def train(run_dir, algo: str, *, zero_advantages: bool = False) -> dict[str, dict]:
     with pytest.MonkeyPatch.context() as patch:
-        if zero_advantages:  # the estimator's answer zeroed: the update switched off
-            real = loop_module.compute_advantages
-
-            def zeroed(batch, cfg):
-                out = real(batch, cfg)
-                out.value = np.zeros_like(out.value)
-                return out
-
-            patch.setattr(loop_module, "compute_advantages", zeroed)
+        if zero_advantages:
+            zero_advantages_in(patch)
         sets = [*SETTINGS, *ESTIMATORS[algo], f"algo.name={algo}", f"iterations={ITERATIONS}", f"run_dir={run_dir}"]
         trainer = Trainer(load_config(None, sets), resume=False, quiet=True)
         try:

@@ -32,16 +32,14 @@ from __future__ import annotations
 import json
 import time
 
-import numpy as np
 import pytest
 
 from roleagent.config import load_config
 from roleagent.envs import EnvSpec, register_env
 from roleagent.envs.scripted import ScriptedEnv
 from roleagent.trainer import Trainer
-from roleagent.trainer import loop as loop_module
 from roleagent.types import Trajectory
-from tests.test_learning import ITERATIONS, SETTINGS, evaluations, learned
+from tests.test_learning import ITERATIONS, SETTINGS, evaluations, learned, zero_advantages_in
 
 #: turn tag per kind of wrong turn (utilities: roleagent.algos.seal.STATIC_UTILITIES)
 WRONG_TURN_TAGS = {
@@ -106,14 +104,7 @@ def train(run_dir, extra: list[str], *, zero_advantages: bool = False, iteration
     started = time.perf_counter()
     with pytest.MonkeyPatch.context() as patch:
         if zero_advantages:
-            real = loop_module.compute_advantages
-
-            def zeroed(batch, cfg):
-                out = real(batch, cfg)
-                out.value = np.zeros_like(out.value)
-                return out
-
-            patch.setattr(loop_module, "compute_advantages", zeroed)
+            zero_advantages_in(patch)
         sets = [*SETTINGS, *extra, f"iterations={iterations}", f"run_dir={run_dir}"]
         trainer = Trainer(load_config(None, sets), resume=False, quiet=True)
         try:
