@@ -21,7 +21,7 @@ import torch
 
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.models.loading import load_policy
-from roleagent.roles.actor import RESPONSE_PREFIX, actor_messages
+from roleagent.rollout.actor import RESPONSE_PREFIX, actor_messages
 
 ROOMS = [
     "cabinet",

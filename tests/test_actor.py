@@ -3,7 +3,7 @@
 import pytest
 
 from roleagent.methods.role_agent.wia import parse_predictions, predictor_messages
-from roleagent.roles.actor import actor_messages, parse_action
+from roleagent.rollout.actor import actor_messages, parse_action
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_predictions_parse_and_prompt():
 
 
 def test_projection_onto_admissible_actions():
-    from roleagent.roles.actor import ParsedAction, project_action
+    from roleagent.rollout.actor import ParsedAction, project_action
 
     admissible = ["go to sofa 1", "go to shelf 1", "look"]
     projected = project_action(ParsedAction("I'm going to the sofa 1", True), admissible)

@@ -10,7 +10,7 @@ from roleagent.config import ConfigError, load_config
 from roleagent.engine.base import Generation
 from roleagent.methods.agent_r import data
 from roleagent.methods.agent_r.judge import judge_counts, judge_prompt
-from roleagent.roles import actor
+from roleagent.rollout import actor
 from roleagent.sft.data import check_example
 from roleagent.types import Task
 

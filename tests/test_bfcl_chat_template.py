@@ -13,7 +13,7 @@ import pytest
 from roleagent.engine.chat import encode_chat
 from roleagent.envs.bfcl.schemas import chat_template_tools
 from roleagent.models.loading import load_tokenizer
-from roleagent.roles.actor import chat_messages
+from roleagent.rollout.actor import chat_messages
 
 # The tool part of Qwen2.5's chat template (its structure and wording), ChatML otherwise.
 QWEN_STYLE = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from roleagent.roles.actor import TRIMMED_TOOL_RESULT, chat_messages
+from roleagent.rollout.actor import TRIMMED_TOOL_RESULT, chat_messages
 from tests.bfcl_helpers import bfcl_task
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from roleagent.engine.constrain import NEG, TokenTrie, TrieCursor, restricted_logprobs, sample_rows
-from roleagent.roles import actor
+from roleagent.rollout import actor
 from roleagent.types import Step
 
 # ------------------------------------------------------------------ the trie ------------

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from roleagent.envs.workers import EnvPool
-from roleagent.roles import actor
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout import RolloutSettings, actor, run_episodes
 
 
 def _check_steps(trajectories, tokenizer, admissible_of):

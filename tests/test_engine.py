@@ -4,7 +4,7 @@ import torch
 
 from roleagent.engine.hf import HFEngine, SamplingParams, encode_chat
 from roleagent.methods.role_agent.wia import predictor_messages
-from roleagent.roles.actor import actor_messages
+from roleagent.rollout.actor import actor_messages
 from roleagent.trainer.samples import TrainSample, collate, token_logprobs
 
 

@@ -40,9 +40,6 @@ METHOD_NAMES_ALLOWED: dict[tuple[str, str], str] = {
     ("roleagent.trainer.methods", "role_agent"): "METHODS: import strings into roleagent.methods.role_agent",
     ("roleagent.trainer.advantages", "role_agent"): "ESTIMATORS: the role_agent estimator's name and import string",
     ("roleagent.trainer.advantages", "wia"): "ESTIMATORS: the import string roleagent.methods.role_agent.wia",
-    ("roleagent.trainer.metrics", "wia"): "the WIA score metrics read step.extras['wia'] (issue 25: move into WIA)",
-    ("roleagent.trainer.metrics", "role_agent"): "imports point_biserial from methods.role_agent.aiw.analysis",
-    ("roleagent.trainer.metrics", "aiw"): "imports point_biserial from methods.role_agent.aiw.analysis",
 }
 
 #: (importer, imported) → why this import may close a cycle. Each points up a floor; the

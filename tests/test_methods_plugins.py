@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roleagent.fields import _f
+from roleagent.fields import setting
 from roleagent.trainer.methods import Method
 
 CALLS = []
@@ -35,7 +35,7 @@ CALLS = []
 
 @dataclass
 class HalfConfig:
-    factor: float = _f(0.5, "advantage multiplier")
+    factor: float = setting(0.5, "advantage multiplier")
 
 
 class Half(Method):

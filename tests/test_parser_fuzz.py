@@ -23,7 +23,7 @@ from roleagent.methods.role_agent.aiw.reflection import parse_reflection, parse_
 from roleagent.methods.role_agent.aiw.retrieval import parse_selection
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.methods.role_agent.wia import parse_predictions
-from roleagent.roles.actor import action_blocks, parse_action
+from roleagent.rollout.actor import action_blocks, parse_action
 
 CHARS_PER_TOKEN = 4
 BOUND_S = 1.0  # any single call, any input up to 4x the limit (linear code: milliseconds)

@@ -13,8 +13,7 @@ import pytest
 from roleagent.config import ConfigError, load_config
 from roleagent.envs.workers import EnvPool
 from roleagent.methods.role_agent.wia import PREFIX, PredictionExtension, predictor_messages
-from roleagent.roles import actor
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout import RolloutSettings, actor, run_episodes
 from tests import run_helpers
 
 

@@ -14,7 +14,7 @@ import torch
 from roleagent.config import SFTConfig
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.models.loading import load_policy
-from roleagent.roles import actor
+from roleagent.rollout import actor
 from roleagent.sft import train as sft_train
 from roleagent.sft.data import (
     ChatExample,

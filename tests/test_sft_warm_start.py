@@ -12,8 +12,7 @@ from run_helpers import TINY, Killed, assert_same_run, config, run
 from roleagent.engine.hf import HFEngine
 from roleagent.envs.workers import EnvPool
 from roleagent.models.loading import load_init_model, load_policy
-from roleagent.roles import actor
-from roleagent.rollout import RolloutSettings
+from roleagent.rollout import RolloutSettings, actor
 from roleagent.sft import train as sft_train
 from roleagent.sft import warm_start
 from roleagent.sft.data import encode_example

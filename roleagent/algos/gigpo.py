@@ -135,6 +135,30 @@ def gigpo_advantage_parts(
         group_ids, traj_ids, step_rewards, penalties=penalties, penalty_placement=penalty_placement, mode=mode, eps=eps
     )
     returns, _ = penalised_step_values(traj_ids, step_rewards, penalties, gamma=gamma, placement=penalty_placement)
+    return anchored_parts(
+        group_ids, states, returns, a_episode, similarity_threshold=similarity_threshold, mode=mode, eps=eps
+    )
+
+
+def anchored_parts(
+    group_ids: Ids,
+    states: Sequence[Hashable] | np.ndarray,
+    returns: np.ndarray,
+    a_episode: np.ndarray,
+    *,
+    similarity_threshold: float | None = None,
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A^E, A^S, anchor group id)`` per step sample: the step part ``A^S``, each step's
+    ``returns`` normalised within its anchor state group (``build_state_groups`` within the
+    episode group; ``state_advantages``, GiGPO eqs. 6–8), next to the episode part
+    ``a_episode`` as given. The one composition of GiGPO (``returns``: the discounted step
+    returns) and Role-Agent (``returns``: ``wia_returns``, prediction-modulated).
+
+    Example (mean_norm): group g, states [s0, s1, s0], returns [0.5, 1.0, 0.0] → anchors
+    [0, 1, 0], A^S = [0.25, 0, −0.25] (s1 is a singleton: 0).
+    """
     anchors = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
     if anchors.shape != returns.shape:
         raise ValueError(f"states has shape {anchors.shape}, expected {returns.shape}")

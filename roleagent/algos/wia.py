@@ -50,9 +50,9 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 
 from .episode import Ids, gigpo_episode_advantages, grpo_advantages
-from .gigpo import state_advantages
+from .gigpo import anchored_parts
 from .returns import discounted_returns, split_penalties
-from .similarity import build_state_groups, lms_score
+from .similarity import lms_score
 
 #: How A^E normalises the episode score: over the group's step samples (GiGPO, the default)
 #: or over its trajectories (Role-Agent eq. 1).
@@ -277,11 +277,10 @@ def role_agent_advantage_parts(
     A^E = [1/3, 1/3, -2/3], groups [0, 1, 0])."""
     placed = dict(penalties=penalties, penalty_placement=penalty_placement)
     r = wia_returns(traj_ids, step_rewards, prediction_scores, gamma=gamma, weight=prediction_weight, **placed)
-    groups = build_state_groups(group_ids, states, similarity_threshold=similarity_threshold)
-    if groups.shape != r.shape:
-        raise ValueError(f"states has shape {groups.shape}, expected {r.shape}")
-    a_state = state_advantages(r, groups, mode=mode, eps=eps)
     a_episode = episode_advantages(
         group_ids, traj_ids, step_rewards, episode_stats=episode_stats, mode=mode, eps=eps, **placed
+    )
+    a_episode, a_state, groups = anchored_parts(
+        group_ids, states, r, a_episode, similarity_threshold=similarity_threshold, mode=mode, eps=eps
     )
     return a_state, a_episode, groups

@@ -13,7 +13,7 @@ after the task (the paper's examples are hand-written, with a thought before mos
 steps; the expert has no thoughts to show).
 
 Conversational environments (BFCL, which report chat messages) keep their chat
-(:func:`roleagent.roles.actor.chat_messages`); the system message asks for a
+(:func:`roleagent.rollout.actor.chat_messages`); the system message asks for a
 ``Thought:`` line before the calls, and thought lines are removed from the output before
 it reaches the environment.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from roleagent.roles import actor
+from roleagent.rollout import actor
 from roleagent.types import Trajectory
 
 THOUGHT_PREFIXES = ("think:", "thought:")

@@ -1,6 +1,6 @@
 """The engine protocol: what rollouts, roles and the trainer need from a generator.
 
-``rollout.py``, the roles and the training loop talk to this protocol only, so a second
+``roleagent.rollout``, the roles and the training loop talk to this protocol only, so a second
 engine (an OpenAI-compatible server, vLLM) is added without touching them. An engine
 turns chats into token ids (the exact ids the policy is trained on) and generates from
 batches of token-id prompts, returning the generated ids with their sampling log-probs::

@@ -68,7 +68,7 @@ from roleagent.engine.openai_http import (
     reply_limit,
     reply_tokens,
 )
-from roleagent.fields import _f
+from roleagent.fields import setting
 
 MODES = ("auto", "tokens", "text")
 __all__ = ["EngineError", "MissingTokens", "OpenAIEngine", "ServerConfig", "reply_tokens", "stop_index", "stop_text"]
@@ -80,17 +80,21 @@ MAX_CHARS_PER_TOKEN = 64
 
 @dataclass
 class ServerConfig:
-    base_url: str = _f("http://127.0.0.1:8000/v1", "model.engine=openai: the server's OpenAI API root (ends in /v1)")
-    model: str = _f("", "served model name sent with each request; '' = the first of GET /v1/models")
-    api_key_env: str = _f("OPENAI_API_KEY", "environment variable holding the API key (sent when set)")
-    mode: str = _f(
+    base_url: str = setting(
+        "http://127.0.0.1:8000/v1", "model.engine=openai: the server's OpenAI API root (ends in /v1)"
+    )
+    model: str = setting("", "served model name sent with each request; '' = the first of GET /v1/models")
+    api_key_env: str = setting("OPENAI_API_KEY", "environment variable holding the API key (sent when set)")
+    mode: str = setting(
         "auto",
         "tokens (/v1/completions on token-id prompts: ids and log-probs from the server) | text "
         "(/v1/chat/completions: text only, evaluation only) | auto (tokens, else text)",
     )
-    timeout_s: float = _f(120.0, "seconds one request may take in all (connecting to the last byte) before a retry")
-    retries: int = _f(2, "retries of a request after a connection error, timeout or HTTP 5xx/429")
-    concurrency: int = _f(8, "requests in flight at once")
+    timeout_s: float = setting(
+        120.0, "seconds one request may take in all (connecting to the last byte) before a retry"
+    )
+    retries: int = setting(2, "retries of a request after a connection error, timeout or HTTP 5xx/429")
+    concurrency: int = setting(8, "requests in flight at once")
 
 
 class OpenAIEngine:

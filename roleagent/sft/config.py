@@ -4,36 +4,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roleagent.fields import ConfigError, _f
+from roleagent.fields import ConfigError, setting
 
 
 @dataclass
 class SFTConfig:
-    enabled: bool = _f(
+    enabled: bool = setting(
         False,
         "warm start: evaluate the base policy, fine-tune it on expert demonstrations (roleagent.sft) "
         "into run_dir/sft, evaluate it, then run RL from it with fresh LoRA adapters",
     )
-    expert_tasks: int = _f(
+    expert_tasks: int = setting(
         100, "training-split tasks the environment's expert plays once each; its successful episodes are the data"
     )
-    data: str = _f(
+    data: str = setting(
         "",
         "chat examples used besides the expert's: a JSONL or JSON file of roleagent's or AgentGym's AgentTraj "
         "records, or a datasets dataset (a save_to_disk folder, .parquet, .arrow; roleagent.sft.sources); '' = none",
     )
-    predictor: bool = _f(
+    predictor: bool = setting(
         False,
         "also warm-start the World-In-Agent predictor (roleagent.sft.predictor): every step of the expert's "
         "episodes becomes one more example, the rollout's prediction prompt (wia.prompt, the horizon H) "
         "with the environment's real next H observations as target; needs wia.enabled",
     )
-    predictor_eval_tasks: int = _f(
+    predictor_eval_tasks: int = setting(
         8,
         "sft.predictor: further training games the expert plays (never SFT data, never a panel game) whose "
         "transitions measure the predictor before and after SFT (wia_predictor/* metrics); 0 = no measurement",
     )
-    asl_roles: bool = _f(
+    asl_roles: bool = setting(
         False,
         "also warm-start ASL's prompt generator and GRM (roleagent.sft.asl_roles): the training split's "
         "labelled question/answer pairs become generator examples (the method's PG prompts, Figures 9-11, "
@@ -41,13 +41,15 @@ class SFTConfig:
         "answer, the exact-match verdict as target); an opt-in deviation from ASL's zero-data setting; "
         "needs asl.enabled",
     )
-    asl_questions: int = _f(512, "sft.asl_roles: training-split questions whose pairs become the roles' SFT examples")
-    asl_eval_questions: int = _f(
+    asl_questions: int = setting(
+        512, "sft.asl_roles: training-split questions whose pairs become the roles' SFT examples"
+    )
+    asl_eval_questions: int = setting(
         64,
         "sft.asl_roles: further training-split questions (never SFT data, never a panel task) whose examples "
         "measure the roles before and after SFT (asl_generator/*, asl_verifier/* metrics); 0 = no measurement",
     )
-    analyst: bool = _f(
+    analyst: bool = setting(
         False,
         "also warm-start the Agent-In-World analyst (roleagent.sft.analyst): the base policy plays "
         "sft.analyst_tasks training games, and each failure becomes one more example, the AIW analysis "
@@ -55,37 +57,39 @@ class SFTConfig:
         "Figure-8 analysis built from the environment's rule diagnosis as target; needs aiw.enabled with "
         "aiw.analyst: policy",
     )
-    analyst_tasks: int = _f(16, "sft.analyst: training games the base policy plays for the analyst's examples")
-    analyst_episodes: int = _f(
+    analyst_tasks: int = setting(16, "sft.analyst: training games the base policy plays for the analyst's examples")
+    analyst_episodes: int = setting(
         2, "sft.analyst: episodes per game, sampled at rollout.temperature (only the failures give examples)"
     )
-    analyst_eval_tasks: int = _f(
+    analyst_eval_tasks: int = setting(
         4,
         "sft.analyst: further training games (never SFT data, never a panel game) whose failures measure "
         "the analyst before and after SFT (aiw_analyst/* metrics); 0 = no measurement",
     )
-    judge: bool = _f(
+    judge: bool = setting(
         False,
         "also warm-start the Agent-R judge (roleagent.sft.judge, roleagent.sft.judge_stage): after the expert "
         "SFT its policy grows Agent-R trees on training goals, each failed path's transition point (the first "
         "step after which no successful path continues) becomes judge examples (Table 4 prompt and answer), "
         "and a second SFT on them and the expert's examples follows; needs agent_r.enabled",
     )
-    judge_tasks: int = _f(16, "sft.judge: training goals whose Agent-R trees give the judge's examples")
-    judge_eval_tasks: int = _f(
+    judge_tasks: int = setting(16, "sft.judge: training goals whose Agent-R trees give the judge's examples")
+    judge_eval_tasks: int = setting(
         8,
         "sft.judge: held-out goals (never SFT data, never a panel game) whose trees measure the judge before "
         "and after its SFT (agent_r_judge/* metrics); 0 = no measurement",
     )
-    epochs: int = _f(3, "passes over the SFT examples")
-    lr: float = _f(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
-    lr_schedule: str = _f("constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)")
-    warmup_steps: int = _f(0, "optimizer steps of linear warm-up")
-    min_lr_ratio: float = _f(0.0, "cosine: the rate ends at min_lr_ratio * lr")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    batch_examples: int = _f(16, "examples per optimizer step (the loss is the token mean over their targets)")
-    micro_batch_tokens: int = _f(4096, "padded tokens per forward/backward (gradient accumulation beyond it)")
-    grad_clip: float = _f(1.0, "gradient norm clip")
+    epochs: int = setting(3, "passes over the SFT examples")
+    lr: float = setting(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
+    lr_schedule: str = setting(
+        "constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)"
+    )
+    warmup_steps: int = setting(0, "optimizer steps of linear warm-up")
+    min_lr_ratio: float = setting(0.0, "cosine: the rate ends at min_lr_ratio * lr")
+    weight_decay: float = setting(0.0, "AdamW weight decay")
+    batch_examples: int = setting(16, "examples per optimizer step (the loss is the token mean over their targets)")
+    micro_batch_tokens: int = setting(4096, "padded tokens per forward/backward (gradient accumulation beyond it)")
+    grad_clip: float = setting(1.0, "gradient norm clip")
 
 
 def check_warm_start(cfg) -> None:

@@ -52,7 +52,7 @@ def format_eos(cfg) -> bool:
     """Whether a trained turn of data that does not say (AgentTraj) ends with the
     end-of-turn token: when generations of ``cfg.rollout.action_format`` have no stop
     string (``raw``), as a rollout's chat records it (``roleagent.rollout``)."""
-    from roleagent.roles.actor import STOP
+    from roleagent.rollout.actor import STOP
 
     return not STOP[cfg.rollout.action_format]
 

@@ -5,7 +5,8 @@ layer (``roleagent.algos``), which sees nothing but arrays. ``algo.name`` picks 
 estimator from :data:`ESTIMATORS` (a short name → ``"module:function"``), from the
 ``roleagent.estimators`` entry-point group, or as an explicit ``"module:function"``.
 
-An estimator is ``fn(batch: StepBatch, cfg: AlgoConfig) -> Advantages | np.ndarray``:
+An estimator is ``fn(batch: StepBatch, cfg: AlgoConfig) -> Advantages | np.ndarray``
+(with ``fn.uses_critic = True`` when it reads the critic's values ``batch.values``):
 one advantage per step sample of ``batch`` (shape (n,)), plus, where the method has
 them, its named parts (``episode``, ``step``) and the state-group id of each sample; the
 trainer writes all of them into the rollout dumps (``step.extras["algo"]``).
@@ -94,14 +95,16 @@ def estimator(name: str) -> Estimator:
     return load_object(resolve("estimators", name, ESTIMATORS))
 
 
-def check_estimator(name: str) -> None:
-    """``algo.name`` names a callable estimator (imported, not run)."""
+def check_estimator(name: str) -> bool:
+    """``algo.name`` names a callable estimator (imported, not run); returns whether it
+    reads the critic's values (its ``uses_critic`` attribute, default False)."""
     try:
         fn = estimator(name)
     except PluginError as error:
         raise ConfigError(f"algo.name: {error}") from None
     if not callable(fn):
         raise ConfigError(f"algo.name={name!r}: {fn!r} is not callable")
+    return bool(getattr(fn, "uses_critic", False))
 
 
 def compute_advantages(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
@@ -161,6 +164,9 @@ def ppo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
     raw, returns = raw - own, returns - own
     value = whiten(raw, std=cfg.norm == "mean_std_norm")
     return Advantages(value, {"gae": raw, "returns": returns, "value": np.asarray(batch.values, dtype=np.float64)})
+
+
+ppo.uses_critic = True  # the trainer runs the critic and fills batch.values (config: critic.enabled)
 
 
 def state_group_sizes(state_group: np.ndarray) -> np.ndarray:

@@ -197,12 +197,28 @@ class Critic:
         self.rng.setstate((version, tuple(internal), gauss))
 
 
-def build_critic(cfg, policy: Policy, init_from: str = "") -> Critic | None:
-    """The run's critic (``cfg`` a TrainConfig), or None when ``critic.enabled`` is off. A
-    ``separate`` backbone is loaded like the policy (same model, ``init_from`` weights and
-    adapter settings)."""
-    if not cfg.critic.enabled:
+class NoCritic:
+    """The critic of a run without one (``critic.enabled`` off): no values, no update, no state."""
+
+    def values(self, batch) -> None:
         return None
+
+    def update(self, batch, estimate) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+
+def build_critic(cfg, policy: Policy, init_from: str = "") -> Critic | NoCritic:
+    """The run's critic (``cfg`` a TrainConfig), a :class:`NoCritic` when ``critic.enabled``
+    is off. A ``separate`` backbone is loaded like the policy (same model, ``init_from``
+    weights and adapter settings)."""
+    if not cfg.critic.enabled:
+        return NoCritic()
     backbone = None
     if cfg.critic.backbone == "separate":
         backbone = policy_from_config(cfg.model, seed=cfg.seed, init_from=init_from).model

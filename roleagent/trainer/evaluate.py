@@ -4,12 +4,13 @@ crashed episodes replayed, the rollouts dumped and the metrics record written.""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 from roleagent.evaluation import replay_crashed, sample_seed
 from roleagent.fields import ConfigError
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout import run_episodes
 from roleagent.trainer.run_files import EvalResult, dump_trajectories
 from roleagent.types import Task, Trajectory
 
@@ -43,7 +44,7 @@ def play_panel(trainer, desc: str, jobs: list[tuple[Task, int]], temperature: fl
     """One episode per job at ``temperature``, without the methods' rollout extensions,
     crashed ones replayed (:func:`~roleagent.evaluation.replay_crashed`); the episodes in
     job order and the number of replays."""
-    settings = RolloutSettings(**{**trainer.settings.__dict__, "temperature": temperature})
+    settings = dataclasses.replace(trainer.settings, temperature=temperature)
 
     def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
         with trainer._progress(desc, trainer.max_steps * -(-len(wave) // trainer.pool.size)) as bar:

@@ -54,7 +54,7 @@ from roleagent.trainer.checkpoint import (
     mark_finished,
     save_checkpoint,
 )
-from roleagent.trainer.critic import build_critic
+from roleagent.trainer.critic import NoCritic, build_critic
 from roleagent.trainer.evaluate import evaluate_panel
 from roleagent.trainer.methods import MethodContext, build_methods
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
@@ -145,6 +145,7 @@ class Trainer:
             chat=self.chat,
             train_tasks=self.train_tasks,
             settings=self.settings,
+            policy=self.policy,
         )
         self.methods = build_methods(cfg, context)
         self.task_source = self._stage("task_source", lambda: UniformTaskSource(self.train_tasks))
@@ -159,7 +160,7 @@ class Trainer:
         """A fresh objective stage (optimizer, KL reference) and critic for the policy's current weights."""
         cfg = self.cfg
         if self.policy.model is None:  # a served model: evaluation only (check_server_config)
-            self.critic = self.objective = None
+            self.critic, self.objective = NoCritic(), None
             return
         self.critic = build_critic(cfg, self.policy, self.init_from)
         self.objective = self._stage(
@@ -261,7 +262,7 @@ class Trainer:
         # Advantages (pure functions over flattened steps), then the methods' adjustments -
         t0 = time.perf_counter()
         batch = StepBatch.from_trajectories(trajectories)
-        batch.values = self.critic.values(batch) if self.critic else None
+        batch.values = self.critic.values(batch)
         estimate = compute_advantages(batch, cfg.algo)
         advantages = estimate.value
         for method in self.methods:
@@ -273,7 +274,7 @@ class Trainer:
 
         # Critic and policy update ------------------------------------------------------------
         t0 = time.perf_counter()
-        critic_metrics = self.critic.update(batch, estimate) if self.critic else {}
+        critic_metrics = self.critic.update(batch, estimate)
         update = self.objective.update(samples, self.shuffle_rng)
         self.engine.weights_changed()  # stored prefix KV was computed with the old weights
         update_s = time.perf_counter() - t0
@@ -328,7 +329,7 @@ class Trainer:
             "evals": [e.row() for e in self.evals],
             "metrics": self.metrics.position(),
             "init_from": portable(self.init_from, self.run_dir),  # relative to the run folder inside it
-            "critic": self.critic.state_dict() if self.critic else None,
+            "critic": self.critic.state_dict(),
         }
         return save_checkpoint(
             self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state
@@ -342,8 +343,7 @@ class Trainer:
                 f"from {self.init_from!r}; resume with the same model.init_from (and sft.enabled), or --no-resume"
             )
         apply_checkpoint(loaded, policy=self.policy, optimizer=self.objective.optimizer)
-        if self.critic is not None:
-            self.critic.load_state_dict(state.get("critic"))
+        self.critic.load_state_dict(state.get("critic"))
         self.engine.weights_changed()
         self.rng.bit_generator.state = state["rng_np"]
         self.shuffle_rng.setstate(state["rng_shuffle"])

@@ -64,6 +64,7 @@ class MethodContext:
     chat: Chat  # batched chat completion with the policy
     train_tasks: list[Task]
     settings: RolloutSettings  # the training rollouts' settings (max_steps, temperature, ...)
+    policy: Any = None  # the trained roleagent.models.loading.Policy (model None: a served model)
 
 
 class Method:

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from roleagent.methods.role_agent.aiw.analysis import point_biserial
 from roleagent.stats import wilson_interval
 from roleagent.trainer.advantages import state_group_sizes, zero_variance_fraction
 from roleagent.types import Trajectory
@@ -250,7 +249,7 @@ def success_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
     """Success with its counts and interval (:func:`success_metrics`), return, length,
-    valid-action ratio, crashed fraction; WIA score and its link to success."""
+    valid-action ratio, crashed fraction (a method's own records: its ``after_iteration``)."""
     if not trajectories:
         return {}
     steps = [s for t in trajectories for s in t.steps]
@@ -270,15 +269,6 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         f"{prefix}projected_action_ratio": share(["projected_from" in s.info for s in steps]),
     }
 
-    def wia_scores(t: Trajectory) -> list[float]:  # World-In-Agent's records, when it ran
-        return [x for s in t.steps for x in s.extras.get("wia", {}).get("scores", []) if not math.isnan(x)]
-
-    per_traj = [np.nanmean(scores) for t in trajectories if (scores := wia_scores(t))]
-    if per_traj:
-        successes = [t.success for t in trajectories if wia_scores(t)]
-        out[f"{prefix}wia_score"] = float(np.mean(per_traj))
-        # Role-Agent App. B.2: point-biserial correlation of the predictive reward with success.
-        out[f"{prefix}wia_success_corr"] = point_biserial(per_traj, successes)[0]
     return out
 
 

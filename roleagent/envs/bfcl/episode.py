@@ -23,7 +23,7 @@ Turn protocol (bfcl's ``inference_multi_turn_FC`` loop, one env step per model s
 Each step also reports ``info["messages"]``: what the step adds to bfcl's chat history
 after the model's own message (one ``tool`` message per executed call, or the next
 ``user`` message when the turn ended); ``reset`` reports the first user message. The
-rollout builds the policy's prompt from them (``roleagent.roles.actor.chat_messages``).
+rollout builds the policy's prompt from them (``roleagent.rollout.actor.chat_messages``).
 
 Checks. At the end of every user turn the ground-truth calls of that turn are executed on
 a second set of fresh backends and compared with the model's backends using bfcl's own

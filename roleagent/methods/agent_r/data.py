@@ -41,7 +41,7 @@ from roleagent.algos.agent_r import (
     transition_point,
 )
 from roleagent.methods.agent_r.judge import Judgement, judge_steps
-from roleagent.roles import actor
+from roleagent.rollout import actor
 from roleagent.sft.data import ChatExample
 
 

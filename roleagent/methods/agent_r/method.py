@@ -183,7 +183,7 @@ class AgentRObjective:
     def __init__(self, method: AgentRMethod):
         self.method = method
         cfg = method.config
-        policy = method.context.engine.policy
+        policy = method.context.policy
         self.policy = policy
         grad_clip = method.context.cfg.optim.grad_clip
         self.sft = SFTConfig(

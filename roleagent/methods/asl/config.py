@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roleagent.fields import _f, at_least, within
+from roleagent.fields import at_least, setting, within
 
 #: Fifty broad topics for the iteration-0 meta prompt ("Please generate a question about {topic}").
 TOPICS = [
@@ -22,50 +22,54 @@ TOPICS = [
 
 @dataclass
 class ASLConfig:
-    enabled: bool = _f(
+    enabled: bool = setting(
         False,
         "ASL: one backbone plays prompt generator, generative reward model (GRM) and policy, trained "
         "in the cycle PG -> GRM -> PM; generated questions become the policy's tasks and the GRM's "
         "verdict replaces the environment reward",
     )
-    checks: int = _f(5, "K: GRM checks of each generated (question, answer) pair (authors' code: 5)")
-    accept: float = _f(0.8, "C: a pair is kept when the mean of its K verdicts is >= C (authors' code: 0.8)")
-    attempts: int = _f(
+    checks: int = setting(5, "K: GRM checks of each generated (question, answer) pair (authors' code: 5)")
+    accept: float = setting(0.8, "C: a pair is kept when the mean of its K verdicts is >= C (authors' code: 0.8)")
+    attempts: int = setting(
         10,
         "M: policy rollouts at each kept question (authors' code: 10); the PG's reward is the entropy "
         "of their verdicts, and the GRM's training data is balanced within these M per question",
     )
-    reject_reward: float = _f(0.0, "the prompt generator's reward for a pair the K/C filter rejects or cannot parse")
-    followup_threshold: float = _f(0.5, "a question the policy solves more than this share of the time asks for HARDER")
-    train_grm: bool = _f(True, "run the GRM phase; false freezes the GRM (the paper's reward-hacking ablation)")
-    pg_target_questions: int = _f(
+    reject_reward: float = setting(
+        0.0, "the prompt generator's reward for a pair the K/C filter rejects or cannot parse"
+    )
+    followup_threshold: float = setting(
+        0.5, "a question the policy solves more than this share of the time asks for HARDER"
+    )
+    train_grm: bool = setting(True, "run the GRM phase; false freezes the GRM (the paper's reward-hacking ablation)")
+    pg_target_questions: int = setting(
         64, "the prompt-generator phase ends when this round has kept this many questions (paper: a threshold)"
     )
-    phase_min_iterations: int = _f(2, "iterations every phase runs at least")
-    phase_max_iterations: int = _f(20, "iterations a phase runs at most (also bounds the PG phase)")
-    plateau_window: int = _f(3, "the GRM and policy phases end when the mean reward of the last W iterations ...")
-    plateau_tolerance: float = _f(0.02, "... improves on the W before by at most this")
-    topics: list = _f(TOPICS, "topics of the iteration-0 meta prompt")
-    grm_max_examples: int = _f(
+    phase_min_iterations: int = setting(2, "iterations every phase runs at least")
+    phase_max_iterations: int = setting(20, "iterations a phase runs at most (also bounds the PG phase)")
+    plateau_window: int = setting(3, "the GRM and policy phases end when the mean reward of the last W iterations ...")
+    plateau_tolerance: float = setting(0.02, "... improves on the W before by at most this")
+    topics: list = setting(TOPICS, "topics of the iteration-0 meta prompt")
+    grm_max_examples: int = setting(
         256, "GRM training examples kept per round after balancing per question (the newest questions first)"
     )
-    late_injection_round: int = _f(
+    late_injection_round: int = setting(
         0,
         "from this round on (>= 1), the GRM phase also trains on real verification data built from "
         "the environment's training split (gold answer: correct; another question's gold: wrong); 0 = off, "
         "as in the paper's headline runs (its Figure 6b injects in the third round: 2, recipe "
         "asl_search_injection)",
     )
-    injection_examples: int = _f(32, "real verification examples injected per round (half correct, half wrong)")
-    grm_eval_questions: int = _f(
+    injection_examples: int = setting(32, "real verification examples injected per round (half correct, half wrong)")
+    grm_eval_questions: int = setting(
         32,
         "GRM accuracy per round on held-out questions with gold answers (eval split): each gives one "
         "correct and one wrong pair; 0 = off",
     )
-    pg_max_new_tokens: int = _f(256, "token limit of one generated question-answer turn")
-    grm_max_new_tokens: int = _f(256, "token limit of one GRM judgement")
-    judge_temperature: float = _f(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
-    system_prompts: bool = _f(
+    pg_max_new_tokens: int = setting(256, "token limit of one generated question-answer turn")
+    grm_max_new_tokens: int = setting(256, "token limit of one GRM judgement")
+    judge_temperature: float = setting(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
+    system_prompts: bool = setting(
         True,
         "give the PG and GRM the paper's system prompts (Figures 7-8) without the tool: these roles write "
         "one turn and do not search here",

@@ -45,6 +45,7 @@ import numpy as np
 from roleagent import algos
 from roleagent.engine.base import SamplingParams
 from roleagent.fields import ConfigError
+from roleagent.methods.role_agent.aiw.analysis import point_biserial
 from roleagent.trainer.advantages import Advantages, StepBatch
 from roleagent.trainer.methods import Method
 from roleagent.trainer.samples import TrainSample
@@ -223,6 +224,19 @@ class WorldInAgent(Method):
 
     def rollout_extension(self) -> PredictionExtension:
         return self.extension
+
+    def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
+        """``wia/score``: the mean over trajectories of their mean prediction score;
+        ``wia/success_corr``: its point-biserial correlation with success (Role-Agent App. B.2)."""
+
+        def scores_of(t: Trajectory) -> list[float]:  # the scored predictions (NaN: none parsed)
+            return [x for step in t.steps for x in step.extras.get("wia", {}).get("scores", []) if not math.isnan(x)]
+
+        scored = [(float(np.mean(s)), t.success) for t in trajectories if (s := scores_of(t))]
+        if not scored:
+            return {}
+        scores, successes = zip(*scored)
+        return {"score": float(np.mean(scores)), "success_corr": point_biserial(list(scores), list(successes))[0]}
 
     def extra_samples(self, step, advantage: float) -> list[TrainSample]:
         record = step.extras.get("wia", {})

@@ -5,40 +5,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roleagent.fields import ConfigError, _f
+from roleagent.fields import ConfigError, setting
 
 
 @dataclass
 class SEALConfig:
-    enabled: bool = _f(
+    enabled: bool = setting(
         False, "SEAL: diagnose every training rollout (env.diagnose turn labels) and use the diagnoses below"
     )
-    reweight: bool = _f(
+    reweight: bool = setting(
         True, "multiply each trajectory's group-normalised advantage by w = clip(mean rho(turn labels), w_min, w_max)"
     )
-    utility_ema: bool = _f(
+    utility_ema: bool = setting(
         True,
         "the authors' code's closed loop (apatch.dynamic): move the utilities rho toward the failure profile after each iteration (EMA; pass stays fixed; needs reweight). The paper's text keeps rho fixed",
     )
-    interface_evolution: bool = _f(
+    interface_evolution: bool = setting(
         True,
         "train on the evolved interface (env.kwargs.interface=evolved, train split only: schema cues, affordance cues, recovery hints, profile guidelines, activated by the failure profile unless env.kwargs.activation=static); evaluation stays plain",
     )
-    interface_updates: bool = _f(
+    interface_updates: bool = setting(
         True,
         "the paper's closed loop: after each iteration update the failure profile from the diagnoses and push it to the env workers, so the interface's cues and guidelines follow the policy's failures; false freezes the profile empty (no guidelines; needs env.kwargs.activation=static). Needs interface_evolution",
     )
-    utilities: dict = _f(
+    utilities: dict = setting(
         {}, "overrides of the static utilities rho per turn label (roleagent.algos.seal.STATIC_UTILITIES)"
     )
-    w_min: float = _f(0.5, "lower clip of the trajectory weight")
-    w_max: float = _f(2.0, "upper clip of the trajectory weight")
-    beta: float = _f(0.25, "utility EMA: EMA step toward the target utility")
-    alpha: float = _f(1.0, "utility EMA: prevalence coefficient of the target")
-    confidence_samples: int = _f(32, "utility EMA: trajectories carrying a tag before its target moves fully")
-    window: int = _f(512, "utility EMA: trajectories in the sliding statistics window")
-    profile_window: int = _f(512, "interface evolution: trajectories in the failure profile's window")
-    diagnose_unfinished: bool = _f(
+    w_min: float = setting(0.5, "lower clip of the trajectory weight")
+    w_max: float = setting(2.0, "upper clip of the trajectory weight")
+    beta: float = setting(0.25, "utility EMA: EMA step toward the target utility")
+    alpha: float = setting(1.0, "utility EMA: prevalence coefficient of the target")
+    confidence_samples: int = setting(32, "utility EMA: trajectories carrying a tag before its target moves fully")
+    window: int = setting(512, "utility EMA: trajectories in the sliding statistics window")
+    profile_window: int = setting(512, "interface evolution: trajectories in the failure profile's window")
+    diagnose_unfinished: bool = setting(
         True,
         "replay trajectories cut before the env finished them (rollout.max_steps) to diagnose them, on the env workers under env.timeout; false, or a replay that fails, gives them weight 1",
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from roleagent.engine.base import Engine, Generation
-from roleagent.roles import actor
+from roleagent.rollout import actor
 
 
 def choose_actions(engine: Engine, pool, active: list[Any], prompts, settings, sampling, stats):

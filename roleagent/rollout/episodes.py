@@ -57,7 +57,7 @@ Replayed prefixes: a job ``(task, seed, prefix)`` first replays ``prefix``, a li
 assistant texts (``Step.action_text`` as generated), then the policy (or the expert) goes
 on until the episode ends or reaches its step limit (``max_steps``, per job when given).
 A replayed turn's prompt is built by the same code as any turn; its generation is the
-forced text (:mod:`roleagent.rollout_actions`); its step records ``extras["replayed"]``.
+forced text (:mod:`roleagent.rollout.actions`); its step records ``extras["replayed"]``.
 The environment is stepped as usual, so a deterministic environment reaches the original
 episode's states again (Agent-R's tree search reaches a node this way). In ``context=full``
 the next prompt continues the text's token ids as the tokenizer encodes them, which equal
@@ -71,13 +71,13 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from roleagent.engine.base import Engine, SamplingParams
 from roleagent.envs.workers import EnvPool
-from roleagent.roles import actor
-from roleagent.rollout_actions import choose_actions
+from roleagent.rollout import actor
+from roleagent.rollout.actions import choose_actions
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -157,20 +157,11 @@ class _Episode:
 
 
 def rollout_settings(cfg, max_steps: int) -> RolloutSettings:
-    """The training rollouts' settings from a ``TrainConfig``'s ``rollout`` section."""
+    """The training rollouts' settings: every field a ``TrainConfig``'s ``rollout`` section
+    shares with :class:`RolloutSettings`, and the environment's step limit ``max_steps``."""
     r = cfg.rollout
-    return RolloutSettings(
-        max_steps=max_steps,
-        action_format=r.action_format,
-        history=r.history,
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        invalid_penalty=r.invalid_penalty,
-        project_actions=r.project_actions,
-        constrain_actions=r.constrain_actions,
-        context=r.context,
-    )
+    shared = {f.name for f in fields(RolloutSettings)} & {f.name for f in fields(r)} - {"max_steps"}
+    return RolloutSettings(max_steps=max_steps, **{name: getattr(r, name) for name in shared})
 
 
 def run_episodes(
