@@ -198,7 +198,7 @@ class TrainConfig:
     seed: int = setting(0, "seeds every random source")
     iterations: int = setting(2, "training iterations")
     checkpoint_every: int = setting(1, "save a resumable checkpoint every k iterations")
-    threads: int = setting(0, "torch CPU threads (0: all cores)")
+    threads: int = setting(0, "torch CPU threads (0: all cores; 1 per process when processes share the cores)")
     report_to: list = setting(
         ["jsonl"],
         "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "
