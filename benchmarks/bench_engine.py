@@ -115,10 +115,12 @@ def plain_loop(model, prompts, pad: int, new_tokens: int, generator) -> int:
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1)
     position = positions[:, -1:]
     made = []
-    for _ in range(new_tokens):
+    for step in range(new_tokens):
         probs = torch.softmax(out.logits[:, -1, :].float() / TEMPERATURE, dim=-1)
         token = torch.multinomial(probs, 1, generator=generator)  # (B, 1), on the device
         made.append(token)
+        if step == new_tokens - 1:
+            break  # the last token needs no forward
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
         position = position + 1
         out = model(

@@ -1,0 +1,42 @@
+"""The engine benchmark's decoders (benchmarks/bench_engine.py) on the tiny model: each makes
+exactly B × N tokens with the end-of-turn token banned, and the constrained call stays
+within each row's admissible commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_engine  # noqa: E402
+
+from roleagent.engine import create_engine  # noqa: E402
+from roleagent.models.loading import Policy, load_tokenizer, tiny_model  # noqa: E402
+
+
+def test_every_decoder_makes_b_times_n_tokens_and_constrained_rows_take_commands():
+    tokenizer = load_tokenizer("tiny")
+    model = tiny_model(tokenizer).eval().requires_grad_(False)
+    hook = bench_engine.ban_token(model, tokenizer.eos_token_id)
+    engine = create_engine("hf", Policy(model=model, tokenizer=tokenizer, name="tiny"), max_batch=3)
+    states = [bench_engine.alfworld_prompt(i) for i in range(3)]
+    args = SimpleNamespace(repeats=1, constrained=True)
+    result = bench_engine.measure_batch(engine, model, states, 5, torch.Generator().manual_seed(0), args)
+    assert {name: made for name, (_, made) in result.items() if "HFEngine " not in name} == {
+        "plain loop": 15,
+        "HFEngine": 15,
+        "transformers generate": 15,
+    }  # measure_batch also asserts it
+    assert result["HFEngine prefill (1 token)"][1] == 3
+    allowed = [[tokenizer.encode(a + "</action>", add_special_tokens=False) for a in adm] for _, adm in states]
+    free = bench_engine.SamplingParams(max_new_tokens=20, temperature=bench_engine.TEMPERATURE)
+    prompts = [engine.encode_chat(m) for m, _ in states]
+    for generation, commands in zip(engine.generate(prompts, free, allowed), allowed):
+        assert generation.ids in commands  # a whole admissible command, nothing else
+    hook.remove()
+    assert model.get_output_embeddings()._forward_hooks == {}
