@@ -71,7 +71,7 @@ def alfworld_prompt(i: int) -> tuple[list[dict[str, str]], list[str]]:
     return messages, admissible
 
 
-def load_model(weights: str, tokenizer, device: str, dtype: torch.dtype) -> torch.nn.Module:
+def load_model(weights: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = embedded_model_dir()
@@ -197,7 +197,7 @@ def run(args) -> None:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     tokenizer = load_tokenizer("embedded")
-    model = load_model(args.weights, tokenizer, args.device, dtype)
+    model = load_model(args.weights, args.device, dtype)
     ban_token(model, tokenizer.eos_token_id)
     policy = Policy(model=model, tokenizer=tokenizer, name=f"smollm2-135m ({args.weights})")
     engine = create_engine("hf", policy, max_batch=max(args.batches), max_prompt_tokens=4096)
