@@ -324,3 +324,34 @@ def test_top_p_applies_within_the_allowed_set(tiny_policy):
         engine.seed(seed)
         nucleus = engine.generate(prompts, SamplingParams(temperature=1.0, top_p=1e-6), allowed=[sequences] * 3)
         assert [g.ids for g in nucleus] == [g.ids for g in greedy]
+
+
+def test_forced_tails_skip_the_forwards_and_change_nothing_else(tiny_policy, monkeypatch):
+    """Once one allowed sequence remains, the engine appends its tokens (log-prob 0, each
+    its own allowed set) without running the model: greedy generations, log-probs and
+    allowed sets equal token-by-token decoding's, with fewer forwards."""
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    tok = tiny_policy.tokenizer
+    engine = HFEngine(tiny_policy, prefix_cache_tokens=4096)
+    commands = ["go to desk 1", "go to desk 10", "take mug 1 from desk 1", "look", "open drawer 2"]
+    sequences = [_ids(tok, actor.completion(c, "action")) for c in commands]
+    prompts = [_prompt(engine, f"episode {i}") for i in range(4)]
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    forwards = []
+    hook = tiny_policy.model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        fast = engine.generate(prompts, params, allowed=[sequences] * 4)
+        fast_forwards = len(forwards)
+        # the stored KV covers the prompt and the sampled tokens fed, not the appended tail
+        entry, length = engine.prefix_cache.lookup(prompts[0] + fast[0].ids)
+        assert entry is not None and len(prompts[0]) <= length <= len(prompts[0]) + len(fast[0].ids) - 2
+        engine.clear_prefix_cache()
+        monkeypatch.setattr(TrieCursor, "forced_tail", lambda self: None)
+        slow = engine.generate(prompts, params, allowed=[sequences] * 4)
+    finally:
+        hook.remove()
+    for f, s in zip(fast, slow):
+        _check_constrained(f, sequences)
+        assert (f.ids, f.logprobs, f.allowed, f.truncated) == (s.ids, s.logprobs, s.allowed, s.truncated)
+    assert fast_forwards < len(forwards) - fast_forwards

@@ -100,6 +100,31 @@ class TrieCursor:
         self._node = self._node[int(token)]
         return _END in self._node
 
+    def advance_all(self, tokens: Sequence[int]) -> bool:
+        """:meth:`advance` past each of ``tokens``; True when a full sequence is done."""
+        return [self.advance(token) for token in tokens][-1]
+
+    def forced_tail(self) -> list[int] | None:
+        """The rest of the row's sequence when only one remains below the cursor (each
+        token of it the single allowed one, so its log-prob is exactly 0), else None. The
+        engine appends it without running the model: those forwards could not change a
+        token, a log-prob or the trainer's gradient (zero at a one-token position).
+
+        >>> cursor = TrieCursor(TokenTrie([[5, 6, 7], [5, 8, 9], [4]]))
+        >>> cursor.forced_tail(), cursor.advance(5), cursor.forced_tail()
+        (None, False, None)
+        >>> cursor.advance(8), cursor.forced_tail()
+        (False, [9])
+        """
+        tail, node = [], self._node
+        while _END not in node:
+            if len(node) != 1:
+                return None
+            token = next(iter(node))
+            tail.append(token)
+            node = node[token]
+        return tail or None
+
 
 def _children(node: dict[int, dict]) -> list[int]:
     return sorted(t for t in node if t != _END)

@@ -26,7 +26,12 @@ complete; their distribution is renormalised over the allowed tokens
 (``log_softmax(restrict(logits / T))``, greedy: the argmax among them), and each
 generated position's allowed set comes back in ``Generation.allowed``. Their length limit
 is their longest sequence, not ``max_new_tokens`` (a command is never cut); stop strings
-and EOS do not apply to them.
+and EOS do not apply to them. Once a single sequence remains below a row's position
+(``TrieCursor.forced_tail``: typically the rest of a command's last word and its closing
+tag), its tokens are appended with log-prob 0 and the row leaves the batch: those forwards
+could change no token, log-prob or gradient. Only the random draws they would have used
+shift, so seeded sampled runs differ from token-by-token decoding in their draws, not their
+distribution; greedy runs are identical.
 """
 
 from __future__ import annotations
@@ -160,6 +165,7 @@ class HFEngine:
         # a constrained row runs to the end of its longest sequence, never cut at max_new_tokens
         limits = [params.max_new_tokens if t is None else t.longest for t in tries]
         truncated = [True] * n
+        fed = [None] * n  # generated tokens whose KV the cache holds, when not all but the last
         alive = list(range(n))  # original row index of each row still in the batch
         for step in range(max(limits)):
             output = model(
@@ -182,6 +188,14 @@ class HFEngine:
                 if cursors[original] is not None:
                     out_allowed[original].append(allowed[(row,)])
                     finished = cursors[original].advance(token)
+                    tail = None if finished else cursors[original].forced_tail()
+                    if tail:  # one sequence left: its tokens need no forward (log-prob 0)
+                        fed[original] = step
+                        out_ids[original] += tail
+                        out_logprobs[original] += [0.0] * len(tail)
+                        out_allowed[original] += [[t] for t in tail]
+                        self.generated_tokens += len(tail)
+                        finished = cursors[original].advance_all(tail)
                 else:
                     finished = token in eos_ids or self._hit_stop(out_ids[original], params.stop)
                 if finished:
@@ -191,7 +205,7 @@ class HFEngine:
             self.generated_tokens += len(alive)
             last = not keep
             leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
-            self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids)
+            self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids, fed)
             if last:
                 break
             if len(keep) < len(alive):  # finished rows leave the batch
@@ -284,13 +298,15 @@ class HFEngine:
             out.append((entry, length) if length > 0 else (None, 0))
         return out
 
-    def _store_rows(self, cache, attention: torch.Tensor, rows, prompts, out_ids) -> None:
+    def _store_rows(self, cache, attention: torch.Tensor, rows, prompts, out_ids, fed) -> None:
         """Store the KV of each leaving (batch row, original index): prompt plus every
-        generated token but the last (whose KV was never computed)."""
+        generated token but the last (whose KV was never computed), or but a forced tail's
+        (``fed[original]`` tokens were fed)."""
         if self.prefix_cache is None or not rows or not plain_dynamic(cache):
             return
         for row, original in rows:
-            tokens = list(prompts[original]) + out_ids[original][:-1]
+            done = out_ids[original][:-1] if fed[original] is None else out_ids[original][: fed[original]]
+            tokens = list(prompts[original]) + done
             index = attention[row].nonzero().squeeze(-1)  # the row's non-pad positions
             if len(index) != len(tokens) or len(tokens) > self.prefix_cache.max_tokens:
                 continue

@@ -347,7 +347,10 @@ def _data(cfg, engine, out, *, tasks: int, valid: int) -> dict:
     from roleagent.rollout import rollout_settings
 
     e = cfg.env
-    with EnvPool(e.name, e.kwargs, slots=4, processes=e.processes, timeout=e.timeout) as pool:
+    # one slot per expansion of a round (goals × candidates, at most 32), so a round is one
+    # or two batched waves, not one wave per 4 expansions
+    slots = min(32, max(tasks, valid, 1) * cfg.agent_r.candidates)
+    with EnvPool(e.name, e.kwargs, slots=slots, processes=e.processes, timeout=e.timeout) as pool:
         meta = pool.meta
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
