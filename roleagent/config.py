@@ -143,7 +143,7 @@ class RolloutConfig:
 @dataclass
 class AlgoConfig:
     name: str = setting(
-        "role_agent",
+        "grpo",
         "advantage estimator: grpo | rloo | gigpo | role_agent | ppo "
         "(roleagent.trainer.advantages.ESTIMATORS), an entry point of roleagent.estimators, or module:function",
     )

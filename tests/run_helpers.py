@@ -39,7 +39,11 @@ class LuckyEnv(ScriptedEnv):
 
 register_env(EnvSpec("lucky", "tests.run_helpers:LuckyEnv", (), "dev", "test env with random wins"))
 
+#: A small Role-Agent run (World-In-Agent on) on the tiny model; tests of another estimator
+#: set ``algo.name`` and ``wia.enabled=false``.
 TINY = [
+    "algo.name=role_agent",
+    "wia.enabled=true",
     "model.name=tiny",
     "model.device=cpu",
     "env.name=lucky",

@@ -16,6 +16,25 @@ def test_every_shipped_recipe_loads(recipe):
     assert cfg.iterations >= 0
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_a_recipe_switches_off_only_what_it_would_inherit_on(recipe):
+    """Defaults are neutral (estimator grpo, every method off): a recipe names the methods it
+    uses, and ``SECTION: {enabled: false}`` appears only over a base recipe that enabled it."""
+    import yaml
+
+    raw = yaml.safe_load(recipe.read_text())
+    inherited = load_config(raw["base"]) if "base" in raw else load_config(None, [])
+    for section, value in raw.items():
+        if isinstance(value, dict) and value.get("enabled") is False:
+            assert getattr(inherited, section).enabled, f"{recipe.stem}: {section}.enabled=false repeats the default"
+
+
+def test_defaults_are_neutral():
+    cfg = load_config(None, [])
+    assert cfg.algo.name == "grpo" and not cfg.critic.enabled
+    assert not any(getattr(cfg, s).enabled for s in ("wia", "aiw", "seal", "agent_r", "asl"))
+
+
 def test_shipped_recipe_by_name():
     assert load_config("role_agent_textcraft").algo.name == "role_agent"
 
@@ -48,7 +67,7 @@ def test_overrides_parse_yaml_values():
         (["algo.name=ppo2"], "algo.name: unknown estimator 'ppo2'"),
         (["algo.name=grpoo"], "did you mean 'grpo'"),
         (["model.engine=vllm2"], "model.engine: unknown engine .vllm2."),
-        (["algo.name=gigpo"], "wia.enabled needs algo.name=role_agent"),
+        (["algo.name=gigpo", "wia.enabled=true"], "wia.enabled needs algo.name=role_agent"),
         (["optim.dual_clip=0.5"], "optim.dual_clip=0.5: must be > 1"),
         (["optim.micro_batch_tokens=8"], "micro_batch_tokens"),
     ],

@@ -62,7 +62,7 @@ def test_summary_prints_intervals_and_paired_tests(tmp_path, capsys):
     write_run_summary(cfg, evals, {"eval": GAMES}, [], quiet=False)
     table = (tmp_path / "eval_table.txt").read_text()
     lines = table.splitlines()
-    assert lines[0] == "trained with: algo role_agent; methods: none"
+    assert lines[0] == "trained with: algo grpo; methods: none"
     lines = lines[2:]
     assert lines[0].startswith("scripted eval success (%)") and lines[3].startswith("after RL")  # the table as before
     assert lines[4:10] == [

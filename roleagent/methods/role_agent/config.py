@@ -11,7 +11,7 @@ from roleagent.fields import setting
 
 @dataclass
 class WIAConfig:
-    enabled: bool = setting(True, "World-In-Agent future-state prediction (role_agent only)")
+    enabled: bool = setting(False, "World-In-Agent future-state prediction (needs algo.name=role_agent)")
     horizon: int = setting(0, "predicted states per action H; 0 means max(1, round(horizon_fraction * T_max))")
     horizon_fraction: float = setting(0.05, "H as a fraction of the episode step limit (paper: 5%)")
     max_new_tokens: int = setting(48, "token limit of one prediction")
