@@ -44,14 +44,14 @@ class _Recording:
         inner = collector.inner
         original = inner.collect
 
-        def local(jobs, progress=None):
-            self.local_jobs.append(len(jobs))
-            return original(jobs, progress=progress)
+        def local(iteration, progress=None):
+            self.local_jobs.append(len(iteration.jobs))
+            return original(iteration, progress=progress)
 
         inner.collect = local
 
-    def collect(self, jobs, progress=None):
-        trajectories, stats = self.collector.collect(jobs, progress=progress)
+    def collect(self, iteration, progress=None):
+        trajectories, stats = self.collector.collect(iteration, progress=progress)
         self.batches.append(copy.deepcopy(trajectories))
         return trajectories, stats
 
@@ -89,8 +89,8 @@ class _Replay:
     def __init__(self, trajectories):
         self.trajectories = trajectories
 
-    def collect(self, jobs, progress=None):
-        assert len(jobs) == len(self.trajectories)
+    def collect(self, iteration, progress=None):
+        assert len(iteration.jobs) == len(self.trajectories)
         return copy.deepcopy(self.trajectories), RolloutStats()
 
 

@@ -35,6 +35,7 @@ from roleagent.sft.asl_roles import (
 )
 from roleagent.sft.data import check_example, encode_example
 from roleagent.trainer import Trainer
+from roleagent.trainer.stages import Iteration
 from roleagent.types import Task
 
 
@@ -80,7 +81,7 @@ def method_prompts(engine, tmp_path, phase, round_index, records, with_system):
                               cfg=SimpleNamespace(env=SimpleNamespace(name="search")))  # fmt: skip
     method = ASLMethod(context, ASLConfig(enabled=True, system_prompts=with_system))
     method.phase, method.round = phase, round_index
-    method.collect([(role_task(f"t{i}", "search", phase, r), 0) for i, r in enumerate(records)])
+    method.collect(Iteration(0, [(role_task(f"t{i}", "search", phase, r), 0) for i, r in enumerate(records)]))
     return recording.prompts
 
 

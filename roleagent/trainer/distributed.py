@@ -145,8 +145,9 @@ class ShardedCollector:
     def __init__(self, inner, dp: DataParallel):
         self.inner, self.dp = inner, dp
 
-    def collect(self, jobs, progress=None):
-        trajectories, stats = self.inner.collect(self.dp.share(jobs), progress=progress)
+    def collect(self, iteration, progress=None):
+        share = dataclasses.replace(iteration, jobs=self.dp.share(iteration.jobs))  # the same extras
+        trajectories, stats = self.inner.collect(share, progress=progress)
         parts = self.dp.gather((trajectories, stats))
         merged = RolloutStats()
         for _, part in parts:

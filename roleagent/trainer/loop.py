@@ -4,11 +4,12 @@ One iteration (Role-Agent Algorithm 1; GRPO / RLOO / GiGPO are the same loop wit
 advantage estimator)::
 
     tasks   = task_source.sample(N, rng)                  # uniform, or a method's
-    trajs   = collector.collect(tasks × G, same env seed per task)   # + rollout extensions
+    it      = Iteration(jobs = tasks × G, same env seed per task)  # roleagent.trainer.stages
+    trajs   = collector.collect(it)                       # + rollout extensions
     scorer.score(trajs)                                   # environment reward by default
     A       = estimator(algo.name)(StepBatch(trajs))      # roleagent.trainer.advantages; ppo: with critic V(s)
     A       = method.adjust_advantages(batch, A)          # for each enabled method
-    objective.update(objective.samples(batch, A))         # PPO-clip by default
+    objective.update(objective.samples(it))               # PPO-clip on A by default
     engine.weights_changed()                              # stored prefix KV is stale
     metrics = method.after_iteration(trajs, iteration)    # for each enabled method
     dump(trajs)                                           # with advantages and method records
@@ -65,7 +66,7 @@ from roleagent.trainer.run_files import (
     prepare_run_files,
     write_run_summary,
 )
-from roleagent.trainer.stages import EnvironmentReward, PPOObjective, RolloutCollector, UniformTaskSource
+from roleagent.trainer.stages import EnvironmentReward, Iteration, PPOObjective, RolloutCollector, UniformTaskSource
 
 
 class Trainer:
@@ -247,53 +248,54 @@ class Trainer:
     def train_iteration(self, iteration: int) -> dict:
         cfg, started = self.cfg, time.perf_counter()
 
-        # Tasks; the G rollouts of a task share one environment seed.
+        # 1. Tasks; the G rollouts of a task share one environment seed.
         tasks = self.task_source.sample(cfg.rollout.tasks_per_iter, self.rng)
         seeds = self.rng.integers(0, 2**31 - 1, size=len(tasks))
-        jobs = [(task, int(seed)) for task, seed in zip(tasks, seeds) for _ in range(cfg.rollout.group_size)]
+        it = Iteration(
+            iteration, [(task, int(seed)) for task, seed in zip(tasks, seeds) for _ in range(cfg.rollout.group_size)]
+        )
 
-        # Collect and score ---------------------------------------------------------------
+        # 2. Collect and score ------------------------------------------------------------
         t0 = time.perf_counter()
         with self._progress(f"iter {iteration} rollout", self.max_steps) as bar:
-            trajectories, stats = self.collector.collect(jobs, progress=bar)
+            it.trajectories, it.stats = self.collector.collect(it, progress=bar)
         rollout_s = time.perf_counter() - t0
-        score_metrics = self.scorer.score(trajectories)
+        score_metrics = self.scorer.score(it.trajectories)
 
-        # Advantages (pure functions over flattened steps), then the methods' adjustments -
+        # 3. Advantages (pure functions over flattened steps), then the methods' adjustments
         t0 = time.perf_counter()
-        batch = StepBatch.from_trajectories(trajectories)
-        batch.values = self.critic.values(batch)
-        estimate = compute_advantages(batch, cfg.algo)
-        advantages = estimate.value
+        it.batch = StepBatch.from_trajectories(it.trajectories)
+        it.batch.values = self.critic.values(it.batch)
+        it.estimate = compute_advantages(it.batch, cfg.algo)
         for method in self.methods:
-            advantages = method.adjust_advantages(batch, advantages)
-        estimate.value = advantages
-        write_records(batch, estimate)
-        samples = self.objective.samples(batch, advantages, self.methods)
+            it.estimate.value = method.adjust_advantages(it.batch, it.estimate.value)
+        write_records(it.batch, it.estimate)
+        it.samples = self.objective.samples(it, self.methods)
         advantage_s = time.perf_counter() - t0
 
-        # Critic and policy update ------------------------------------------------------------
+        # 4. Critic and policy update ---------------------------------------------------------
         t0 = time.perf_counter()
-        critic_metrics = self.critic.update(batch, estimate)
-        update = self.objective.update(samples, self.shuffle_rng)
+        critic_metrics = self.critic.update(it.batch, it.estimate)
+        update = self.objective.update(it.samples, self.shuffle_rng)
         self.engine.weights_changed()  # stored prefix KV was computed with the old weights
         update_s = time.perf_counter() - t0
 
-        # The methods' hooks after the update ------------------------------------------------
+        # 5. The methods' hooks after the update ---------------------------------------------
         method_metrics, method_times = {}, {}
         for method in self.methods:
             t0 = time.perf_counter()
-            metrics = method.after_iteration(trajectories, iteration)
+            metrics = method.after_iteration(it.trajectories, iteration)
             method_metrics.update({f"{method.name}/{k}": v for k, v in metrics.items()})
             method_times[f"time/{method.name}_s"] = time.perf_counter() - t0
-        dump_trajectories(self.run_dir, f"iter_{iteration:06d}", trajectories)  # with what the algorithm computed
+        dump_trajectories(self.run_dir, f"iter_{iteration:06d}", it.trajectories)  # with what the algorithm computed
 
+        stats = it.stats
         return {
             "iteration": iteration,
-            **rollout_metrics(trajectories, prefix="train/"),
+            **rollout_metrics(it.trajectories, prefix="train/"),
             **reuse_metrics(stats),
             **{f"score/{k}": v for k, v in score_metrics.items()},
-            **advantage_metrics(batch, estimate),
+            **advantage_metrics(it.batch, it.estimate),
             **{f"update/{k}": v for k, v in update.items()},
             **critic_metrics,
             **method_metrics,

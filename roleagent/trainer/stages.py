@@ -11,6 +11,13 @@ Scorer         environment reward (no-op)     (a generative reward model, ASL)
 Objective      PPO-clip on the advantages     (SFT on masked targets, Agent-R)
 =============  =============================  ==========================================
 
+One :class:`Iteration` object flows through the stages (rLLM's one state object through
+numbered stages): the loop fills ``jobs``, the collector returns ``trajectories`` and
+``stats``, the advantage stage fills ``batch`` and ``estimate``, the objective turns it into
+``samples``. A stage that hands its own later stage something else leaves it in
+``extras`` under its plug-in's name (Agent-R's collector, its revision examples, which its
+objective trains on).
+
 Training samples (:func:`training_samples`): one per generated turn, except that with
 ``optim.pack_episodes`` consecutive turns of an episode that nest — turn t+1's prompt
 starts with turn t's prompt and generated ids, as with ``rollout.context=full`` — become
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -34,8 +42,22 @@ from roleagent.trainer.update import Updater
 from roleagent.types import Task, Trajectory
 
 if TYPE_CHECKING:
-    from roleagent.trainer.advantages import StepBatch
+    from roleagent.trainer.advantages import Advantages, StepBatch
     from roleagent.trainer.methods import Method
+
+
+@dataclass
+class Iteration:
+    """One training iteration's state, filled stage by stage (module docstring)."""
+
+    index: int
+    jobs: list[tuple[Task, int]]  # (task, environment seed); the G jobs of a task share the seed
+    trajectories: list[Trajectory] = field(default_factory=list)
+    stats: RolloutStats = field(default_factory=RolloutStats)
+    batch: StepBatch | None = None  # the trajectories' steps, flattened, with the critic's values
+    estimate: Advantages | None = None  # the advantages after the methods' adjustments (``.value``)
+    samples: list = field(default_factory=list)  # what the objective trains on
+    extras: dict[str, Any] = field(default_factory=dict)  # a stage's data for its later stage, "plugin/key"
 
 
 class TaskSource(Protocol):
@@ -56,9 +78,10 @@ class UniformTaskSource:
 
 
 class Collector(Protocol):
-    """Plays ``(task, seed)`` jobs; the G jobs of a task share the seed."""
+    """Plays the iteration's ``(task, seed)`` jobs (``iteration.jobs``); may leave data for
+    its plug-in's later stages in ``iteration.extras``."""
 
-    def collect(self, jobs: list[tuple[Task, int]], progress=None) -> tuple[list[Trajectory], RolloutStats]: ...
+    def collect(self, iteration: Iteration, progress=None) -> tuple[list[Trajectory], RolloutStats]: ...
 
 
 class RolloutCollector:
@@ -69,11 +92,11 @@ class RolloutCollector:
         self.engine, self.pool, self.settings = engine, pool, settings
         self.extensions = tuple(extensions)
 
-    def collect(self, jobs: list[tuple[Task, int]], progress=None) -> tuple[list[Trajectory], RolloutStats]:
+    def collect(self, iteration: Iteration, progress=None) -> tuple[list[Trajectory], RolloutStats]:
         return run_episodes(
             engine=self.engine,
             pool=self.pool,
-            jobs=jobs,
+            jobs=iteration.jobs,
             settings=self.settings,
             extensions=self.extensions,
             progress=progress,
@@ -94,12 +117,13 @@ class EnvironmentReward:
 
 
 class Objective(Protocol):
-    """Turns a scored batch and its advantages into training samples and updates the
-    policy. ``optimizer`` is saved in checkpoints."""
+    """Turns the iteration (its scored batch and advantages, or what its collector left in
+    ``extras``) into training samples and updates the policy. ``optimizer`` is saved in
+    checkpoints."""
 
     optimizer: Any
 
-    def samples(self, batch: StepBatch, advantages: np.ndarray, methods: list[Method]) -> list[TrainSample]: ...
+    def samples(self, iteration: Iteration, methods: list[Method]) -> list[TrainSample]: ...
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]: ...
 
@@ -116,8 +140,8 @@ class PPOObjective:
         self.optimizer = self.updater.optimizer
         self.pack = optim_cfg.pack_episodes
 
-    def samples(self, batch: StepBatch, advantages: np.ndarray, methods: list[Method]) -> list[TrainSample]:
-        return training_samples(batch, advantages, methods, pack=self.pack)
+    def samples(self, iteration: Iteration, methods: list[Method]) -> list[TrainSample]:
+        return training_samples(iteration.batch, iteration.estimate.value, methods, pack=self.pack)
 
     def update(self, samples: list[TrainSample], rng: random.Random) -> dict[str, float]:
         return self.updater.update(samples, rng)

@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from roleagent.algos.agent_r import alpha_for_iteration
 from roleagent.fields import ConfigError
 from roleagent.methods.agent_r import data
@@ -50,7 +48,6 @@ class AgentRMethod(Method):
     def __init__(self, context, config: AgentRConfig):
         super().__init__(context, config)
         self.iteration = 0  # Agent-R iterations finished
-        self.examples: list = []  # this iteration's encoded examples, for the objective
         self.metrics: dict[str, float] = {}
         self.general = read_examples(config.general_data, eos=format_eos(context.cfg)) if config.general_data else []
 
@@ -74,9 +71,10 @@ class AgentRMethod(Method):
     def objective(self):
         return AgentRObjective(self)  # a fresh optimizer for the policy's current weights
 
-    def collect(self, jobs, progress=None):
-        """Build the trees and this iteration's examples; return the leaf paths as trajectories."""
-        cfg, ctx = self.config, self.context
+    def collect(self, iteration, progress=None):
+        """Build the trees and this iteration's examples (left for the objective in
+        ``iteration.extras["agent_r/examples"]``); return the leaf paths as trajectories."""
+        cfg, ctx, jobs = self.config, self.context, iteration.jobs
         out = self.iteration_dir(self.iteration)
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
@@ -94,7 +92,7 @@ class AgentRMethod(Method):
         examples = self._build(trees, out, rng)
         errors = float(sum(tree.error is not None for tree in trees))  # replay mismatches (see mcts)
         self.metrics = {**self.metrics, "search_time_s": search_s, "trees": float(len(trees)), "tree_errors": errors}
-        self.examples = examples
+        iteration.extras["agent_r/examples"] = examples
         trajectories = [t for tree in trees for t in tree.trajectories()]
         return trajectories, stats
 
@@ -159,7 +157,7 @@ class AgentRMethod(Method):
     # -- hooks ------------------------------------------------------------------------------
     def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
         self.iteration = iteration + 1
-        metrics, self.metrics, self.examples = self.metrics, {}, []
+        metrics, self.metrics = self.metrics, {}
         return metrics
 
     def start_fresh(self) -> None:
@@ -192,8 +190,8 @@ class AgentRObjective:
         self.stepper = sft_optimizer(policy, self.sft, total_steps=0)  # constant rate over the iterations
         self.optimizer = self.stepper.adamw  # what checkpoints save
 
-    def samples(self, batch, advantages: np.ndarray, methods) -> list:
-        return list(self.method.examples)
+    def samples(self, iteration, methods) -> list:
+        return list(iteration.extras.get("agent_r/examples", []))
 
     def update(self, samples: list, rng: random.Random) -> dict[str, float]:
         method = self.method

@@ -107,10 +107,10 @@ class ASLMethod(Method):
             return [role_task(f"asl/pg/{r}/{i}", env, "pg", item) for i, item in enumerate(self.pg_pool)]
         return [role_task(f"asl/grm/{r}/{i}", env, "grm", record) for i, record in enumerate(self.grm_train)]
 
-    def collect(self, jobs, progress=None) -> tuple[list[Trajectory], RolloutStats]:
-        ctx, cfg = self.context, self.config
+    def collect(self, iteration, progress=None) -> tuple[list[Trajectory], RolloutStats]:
+        ctx, cfg, jobs = self.context, self.config, iteration.jobs
         if self.phase == "pm":
-            return RolloutCollector(ctx.engine, ctx.pool, ctx.settings).collect(jobs, progress)
+            return RolloutCollector(ctx.engine, ctx.pool, ctx.settings).collect(iteration, progress)
         started = time.perf_counter()
         if self.phase == "pg":
             chats = [
