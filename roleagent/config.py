@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from roleagent.critic_config import CriticConfig
+from roleagent.dynamic_sampling import DynamicSamplingConfig, check_dynamic_sampling
 from roleagent.engine.openai import ServerConfig
 from roleagent.fields import ConfigError, setting
 from roleagent.methods.agent_r.config import AgentRConfig
@@ -210,6 +211,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     wia: WIAConfig = field(default_factory=WIAConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     aiw: AIWConfig = field(default_factory=AIWConfig)
     seal: SEALConfig = field(default_factory=SEALConfig)
@@ -389,6 +391,7 @@ def validate(cfg: TrainConfig) -> None:
             f"(rollout.tasks_per_iter * rollout.group_size)"
         )
     check_rollout(r)
+    check_dynamic_sampling(cfg)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
     from roleagent.trainer.methods import check_methods, method_classes

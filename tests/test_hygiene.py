@@ -21,6 +21,11 @@ CITED = (
     + [ROOT / "docs" / n for n in ("alfworld.md", "seal.md", "agent_in_world.md")]
 )
 MAX_FUNCTION, MAX_MODULE = 80, 400
+#: Modules allowed past MAX_MODULE: their own limit and why they stay one module (modules are
+#: split by cohesion, not to meet a count). An entry whose module fits MAX_MODULE is stale.
+LONGER = {
+    "roleagent/config.py": (420, "TrainConfig with its own sections, the recipe loader and validate: one reading"),
+}
 
 
 def _rel(path: Path) -> str:
@@ -31,8 +36,11 @@ def test_no_long_functions_or_modules():
     too_long = []
     for path in SIZED:
         source = path.read_text()
-        if len(source.splitlines()) > MAX_MODULE:
-            too_long.append(f"{_rel(path)}: {len(source.splitlines())} lines")
+        lines, (limit, _) = len(source.splitlines()), LONGER.get(_rel(path), (MAX_MODULE, ""))
+        if lines > limit:
+            too_long.append(f"{_rel(path)}: {lines} lines (limit {limit})")
+        elif _rel(path) in LONGER and lines <= MAX_MODULE:
+            too_long.append(f"{_rel(path)}: {lines} lines, within {MAX_MODULE}: remove its LONGER entry")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1

@@ -188,21 +188,17 @@ class HFEngine:
                 if cursors[original] is not None:
                     out_allowed[original].append(allowed[(row,)])
                     finished = cursors[original].advance(token)
-                    tail = None if finished else cursors[original].forced_tail()
-                    if tail:  # one sequence left: its tokens need no forward (log-prob 0)
-                        fed[original] = step
+                    if not finished and (tail := cursors[original].forced_tail()):  # one sequence left:
+                        fed[original], finished = step, cursors[original].advance_all(tail)  # no forwards
                         out_ids[original] += tail
-                        out_logprobs[original] += [0.0] * len(tail)
+                        out_logprobs[original] += [0.0] * len(tail)  # each token the only one allowed
                         out_allowed[original] += [[t] for t in tail]
-                        self.generated_tokens += len(tail)
-                        finished = cursors[original].advance_all(tail)
                 else:
                     finished = token in eos_ids or self._hit_stop(out_ids[original], params.stop)
                 if finished:
                     truncated[original] = False
                 elif step + 1 < limits[original]:
                     keep.append(row)
-            self.generated_tokens += len(alive)
             last = not keep
             leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
             self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids, fed)
@@ -217,6 +213,7 @@ class HFEngine:
             step_positions = step_positions[:, -1:] + 1  # (b, 1)
             step_input = tokens[:, None]  # (b, 1)
 
+        self.generated_tokens += sum(map(len, out_ids))
         if was_training:
             model.train()
         return [

@@ -138,6 +138,19 @@ class RolloutStats:
     free_actions: int = 0  # actor generations decoded freely (no admissible list, or constraining off)
     timings: dict[str, float] = field(default_factory=dict)
 
+    def add(self, part: RolloutStats) -> None:
+        """Accumulate ``part`` (a later call's stats): counts and times add up, the cache
+        size is the latest."""
+        for f in fields(self):
+            value = getattr(part, f.name)
+            if f.name == "timings":
+                for key, seconds in value.items():
+                    self.timings[key] = self.timings.get(key, 0.0) + seconds
+            elif f.name == "prefix_cache_bytes":
+                self.prefix_cache_bytes = value
+            else:
+                setattr(self, f.name, getattr(self, f.name) + value)
+
 
 @dataclass
 class _Episode:

@@ -38,6 +38,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from roleagent.config import ConfigError, TrainConfig
+from roleagent.dynamic_sampling import collect_rounds
 from roleagent.engine import SamplingParams, create_engine
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
@@ -67,6 +68,7 @@ from roleagent.trainer.run_files import (
     write_run_summary,
 )
 from roleagent.trainer.stages import EnvironmentReward, Iteration, PPOObjective, RolloutCollector, UniformTaskSource
+from roleagent.types import Task
 
 
 class Trainer:
@@ -155,6 +157,8 @@ class Trainer:
             "collector", lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions)
         )
         self.scorer = self._stage("scorer", EnvironmentReward)
+        if cfg.dynamic_sampling.enabled and not isinstance(self.collector, RolloutCollector):
+            raise ConfigError("dynamic_sampling.enabled needs the default collector, which a method replaces")
         self.reset_objective()
 
     def reset_objective(self) -> None:
@@ -249,22 +253,17 @@ class Trainer:
         cfg, started = self.cfg, time.perf_counter()
 
         # 1. Tasks; the G rollouts of a task share one environment seed.
-        tasks = self.task_source.sample(cfg.rollout.tasks_per_iter, self.rng)
-        seeds = self.rng.integers(0, 2**31 - 1, size=len(tasks))
-        it = Iteration(
-            iteration, [(task, int(seed)) for task, seed in zip(tasks, seeds) for _ in range(cfg.rollout.group_size)]
-        )
+        it = Iteration(iteration, self._jobs(cfg.rollout.tasks_per_iter))
 
-        # 2. Collect and score ------------------------------------------------------------
+        # 2. Collect and score (dynamic_sampling: more tasks until enough groups disagree) --
         t0 = time.perf_counter()
         with self._progress(f"iter {iteration} rollout", self.max_steps) as bar:
-            it.trajectories, it.stats = self.collector.collect(it, progress=bar)
+            trained, score_metrics, sampling = collect_rounds(it, self.collector, self.scorer, self._jobs, cfg, bar)
         rollout_s = time.perf_counter() - t0
-        score_metrics = self.scorer.score(it.trajectories)
 
         # 3. Advantages (pure functions over flattened steps), then the methods' adjustments
         t0 = time.perf_counter()
-        it.batch = StepBatch.from_trajectories(it.trajectories)
+        it.batch = StepBatch.from_trajectories(trained)
         it.batch.values = self.critic.values(it.batch)
         it.estimate = compute_advantages(it.batch, cfg.algo)
         for method in self.methods:
@@ -293,6 +292,7 @@ class Trainer:
         return {
             "iteration": iteration,
             **rollout_metrics(it.trajectories, prefix="train/"),
+            **sampling,
             **reuse_metrics(stats),
             **{f"score/{k}": v for k, v in score_metrics.items()},
             **advantage_metrics(it.batch, it.estimate),
@@ -313,6 +313,12 @@ class Trainer:
             "speed/train_tokens_per_s": update.get("trained_tokens", 0) / max(update_s, 1e-9),
             "memory/peak_rss_mb": peak_rss_mb(),
         }
+
+    def _jobs(self, n: int) -> list[tuple[Task, int]]:
+        """``n`` tasks from the task source, each G times with one environment seed."""
+        tasks = self.task_source.sample(n, self.rng)
+        seeds = self.rng.integers(0, 2**31 - 1, size=len(tasks))
+        return [(task, int(seed)) for task, seed in zip(tasks, seeds) for _ in range(self.cfg.rollout.group_size)]
 
     def evaluate(self, label: str) -> EvalResult:
         """Greedy episodes on each fixed panel (``eval.splits``), and ``eval.sampled``

@@ -235,7 +235,7 @@ def _expand(engine, pool, settings, n: int, stats: RolloutStats, frontier: list[
     jobs = [(tree.task, tree.seed, tree.path_texts(node.index)) for tree, node in frontier for _ in range(n)]
     limits = [node.depth + 1 for _, node in frontier for _ in range(n)]
     trajectories, round_stats = run_episodes(engine=engine, pool=pool, jobs=jobs, settings=settings, max_steps=limits)
-    _accumulate(stats, round_stats)
+    stats.add(round_stats)
     out: list[list[Candidate] | str] = []
     for k, (tree, node) in enumerate(frontier):
         try:
@@ -272,15 +272,3 @@ def _candidate(tree: Tree, node: Node, trajectory: Trajectory) -> Candidate:
         success=bool(last.info.get("success")),
         chat=last.extras.get("chat"),
     )
-
-
-def _accumulate(total: RolloutStats, part: RolloutStats) -> None:
-    for f in dataclasses.fields(RolloutStats):
-        value = getattr(part, f.name)
-        if f.name == "timings":
-            for key, seconds in value.items():
-                total.timings[key] = total.timings.get(key, 0.0) + seconds
-        elif f.name == "prefix_cache_bytes":
-            total.prefix_cache_bytes = value
-        else:
-            setattr(total, f.name, getattr(total, f.name) + value)

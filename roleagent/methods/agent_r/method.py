@@ -60,7 +60,7 @@ class AgentRMethod(Method):
             raise ConfigError("agent_r.enabled needs rollout.action_format=think_action (thought + action turns)")
         if r.group_size != 1:
             raise ConfigError("agent_r builds one tree per task: set rollout.group_size=1")
-        for name in ("wia", "aiw", "seal"):
+        for name in ("wia", "aiw", "seal", "dynamic_sampling"):
             if getattr(cfg, name).enabled:
                 raise ConfigError(f"agent_r replaces the RL objective: it cannot run with {name}.enabled")
 

@@ -72,7 +72,7 @@ class ASLMethod(Method):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        for name in ("wia", "aiw", "seal", "agent_r"):
+        for name in ("wia", "aiw", "seal", "agent_r", "dynamic_sampling"):
             if getattr(cfg, name).enabled:
                 raise ConfigError(
                     f"asl replaces the task source, collector and scorer: it cannot run with {name}.enabled"
