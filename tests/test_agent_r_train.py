@@ -70,6 +70,7 @@ def _files(run_dir, iteration):
 @pytest.mark.slow
 def test_agent_r_iterations_write_data_and_train(tmp_path):
     trainer = run(tmp_path, 2, AGENT_R)
+    assert trainer.pool.size == 2 * 3  # a search round's expansions at once: tasks x candidates
     records = [r for r in metrics(tmp_path) if "iteration" in r]
     assert [r["agent_r/alpha"] for r in records] == [0.5, 0.7]
     assert records[0]["update/epochs"] == 2.0 and records[1]["update/epochs"] == 1.0

@@ -58,7 +58,7 @@ from roleagent.trainer.checkpoint import (
 )
 from roleagent.trainer.critic import NoCritic, build_critic
 from roleagent.trainer.evaluate import evaluate_panel
-from roleagent.trainer.methods import MethodContext, build_methods
+from roleagent.trainer.methods import MethodContext, build_methods, method_classes
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
     EvalResult,
@@ -107,7 +107,8 @@ class Trainer:
             m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens, **reuse
         )
         self.engine.seed(cfg.seed)
-        slots = -(-r.tasks_per_iter * r.group_size // self.world_size)  # this rank's share of the episodes
+        wave = max([r.tasks_per_iter * r.group_size] + [m.episodes_at_once(cfg) for m in method_classes(cfg)])
+        slots = -(-wave // self.world_size)  # this rank's share of the episodes played at once
         self.pool = make_pool(cfg.env, slots=slots)  # worker processes, in-process or Ray actors
         env = self.pool.meta
         self.train_tasks = split_tasks(env, cfg.env, cfg.env.train_split)

@@ -91,6 +91,13 @@ class Method:
     def resolve_config(cls, cfg: Any) -> None:
         """Fill in what a valid config leaves implied (runs after validation)."""
 
+    @classmethod
+    def episodes_at_once(cls, cfg: Any) -> int:
+        """Episodes the method's collector plays in one batched call, when more than the
+        default's ``rollout.tasks_per_iter × rollout.group_size``: the trainer gives the
+        environment pool that many slots (0: the default)."""
+        return 0
+
     # -- replacing a stage (None keeps the default) --------------------------------------
     def task_source(self) -> TaskSource | None:
         return None

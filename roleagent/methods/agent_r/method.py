@@ -64,6 +64,11 @@ class AgentRMethod(Method):
             if getattr(cfg, name).enabled:
                 raise ConfigError(f"agent_r replaces the RL objective: it cannot run with {name}.enabled")
 
+    @classmethod
+    def episodes_at_once(cls, cfg) -> int:
+        """A search round expands every tree's node into ``candidates`` episodes at once."""
+        return cfg.rollout.tasks_per_iter * cfg.agent_r.candidates
+
     # -- stages ---------------------------------------------------------------------------
     def collector(self):
         return self
