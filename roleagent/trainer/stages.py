@@ -54,7 +54,7 @@ class Iteration:
     jobs: list[tuple[Task, int]]  # (task, environment seed); the G jobs of a task share the seed
     trajectories: list[Trajectory] = field(default_factory=list)
     stats: RolloutStats = field(default_factory=RolloutStats)
-    batch: StepBatch | None = None  # the trajectories' steps, flattened, with the critic's values
+    batch: StepBatch | None = None  # the trained trajectories' steps (dynamic sampling: a subset), with values
     estimate: Advantages | None = None  # the advantages after the methods' adjustments (``.value``)
     samples: list = field(default_factory=list)  # what the objective trains on
     extras: dict[str, Any] = field(default_factory=dict)  # a stage's data for its later stage, "plugin/key"
