@@ -351,10 +351,18 @@ def check_fsdp(cfg: Any) -> None:
         "sft.enabled (the SFT warm start trains unsharded)": cfg.sft.enabled,
         "model.gradient_checkpointing (not tested with FSDP)": cfg.model.gradient_checkpointing,
         f"model.engine={cfg.model.engine} (rollouts must use the trained model: engine hf)": cfg.model.engine != "hf",
+        "this torch: its FSDPModule has no set_reshard_after_forward, which keeps the model gathered for "
+        "rollouts (torch 2.6 and 2.7 lack it)": not fsdp_can_gather(),
     }
     bad = [reason for reason, on in refused.items() if on]
     if bad:
         raise ConfigError("optim.fsdp cannot be combined with " + "; ".join(bad))
+
+
+def fsdp_can_gather() -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return hasattr(FSDPModule, "set_reshard_after_forward")
 
 
 def check_components(cfg) -> None:

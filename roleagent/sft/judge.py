@@ -236,14 +236,15 @@ def summary(label: str, result: Competence) -> str:
 # ------------------------------------------------------------------ trees and files --
 
 
-def judge_goals(train_tasks, exclude: set[str], *, seed: int, skip: int, tasks: int, valid: int):
+def judge_goals(train_tasks, exclude: set[str], *, seed: int, skip: int, tasks: int, valid: int, valid_skip: int = 0):
     """Training goals for the judge's trees and held-out goals for its measurement, in
     ``roleagent.sft.expert.expert_tasks``' seeded order (never a panel goal): the first
-    ``tasks``, and ``valid`` after the first ``max(tasks, skip)`` (``skip``: the expert's
-    SFT goals, so a held-out goal was never SFT data)."""
+    ``tasks``, and ``valid`` after the first ``max(tasks, skip) + valid_skip`` (``skip``: the
+    expert's SFT goals, so a held-out goal was never SFT data; ``valid_skip``: held-out goals
+    an earlier measurement used)."""
     from roleagent.sft.expert import expert_tasks
 
-    start = max(tasks, skip)
+    start = max(tasks, skip) + valid_skip
     room = sum(t.id not in exclude for t in train_tasks)
     order = expert_tasks(train_tasks, min(start + valid, room), seed=seed, exclude=exclude)
     return order[:tasks], order[start : start + valid]
@@ -265,7 +266,18 @@ def grow_trees(cfg, engine, pool, goals, settings, progress=None) -> list:
 
 
 def write_judge_data(
-    cfg, engine, pool, train_tasks, exclude, settings, out, *, tasks: int, valid: int, progress=None
+    cfg,
+    engine,
+    pool,
+    train_tasks,
+    exclude,
+    settings,
+    out,
+    *,
+    tasks: int,
+    valid: int,
+    valid_skip: int = 0,
+    progress=None,
 ) -> dict:
     """Trees of ``tasks`` training and ``valid`` held-out goals (:func:`judge_goals`) in
     ``out/trees_{train,valid}``, their examples in ``out/judge.jsonl`` and
@@ -281,7 +293,9 @@ def write_judge_data(
 
     out = Path(out)
     skip = cfg.sft.expert_tasks if cfg.sft.enabled else 0
-    train, held_out = judge_goals(train_tasks, exclude, seed=cfg.seed, skip=skip, tasks=tasks, valid=valid)
+    train, held_out = judge_goals(
+        train_tasks, exclude, seed=cfg.seed, skip=skip, tasks=tasks, valid=valid, valid_skip=valid_skip
+    )
     counts: dict[str, int] = {}
     for name, goals in (("train", train), ("valid", held_out)):
         folder, file = out / f"trees_{name}", out / ("judge.jsonl" if name == "train" else "judge_valid.jsonl")
@@ -301,7 +315,7 @@ def write_judge_data(
 
 # ------------------------------------------------------------------ command line -----
 
-USAGE = """python -m roleagent.sft.judge data RECIPE --out DIR [--tasks N] [--valid K] [--set KEY=VALUE]
+USAGE = """python -m roleagent.sft.judge data RECIPE --out DIR [--tasks N] [--valid K] [--valid-skip S] [--set KEY=VALUE]
 python -m roleagent.sft.judge eval RECIPE --examples FILE [--limit N] [--rows FILE] [--set KEY=VALUE]
 
 data: the recipe's policy (--set model.init_from=SFT/final: one that solves some goals)
@@ -322,11 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = role_parser("python -m roleagent.sft.judge", USAGE)
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--valid", type=int, default=8)
+    parser.add_argument("--valid-skip", type=int, default=0, help="data: skip the first S held-out goals")
     args = parser.parse_args(argv)
     cfg = load_config(args.recipe, args.set)
     _, engine = load_engine(cfg)
     if args.command == "data":
-        print(json.dumps(_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid)))
+        print(json.dumps(_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid, valid_skip=args.valid_skip)))
         return 0
     from roleagent.sft.data import read_examples
 
@@ -341,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _data(cfg, engine, out, *, tasks: int, valid: int) -> dict:
+def _data(cfg, engine, out, *, tasks: int, valid: int, valid_skip: int = 0) -> dict:
     from roleagent.envs.workers import EnvPool
     from roleagent.evaluation import eval_splits, panel
     from roleagent.rollout import rollout_settings
@@ -361,7 +376,17 @@ def _data(cfg, engine, out, *, tasks: int, valid: int) -> dict:
             return tqdm(desc=f"Agent-R trees of the {name} goals", unit="round")
 
         return write_judge_data(
-            cfg, engine, pool, train, exclude, settings, out, tasks=tasks, valid=valid, progress=bar
+            cfg,
+            engine,
+            pool,
+            train,
+            exclude,
+            settings,
+            out,
+            tasks=tasks,
+            valid=valid,
+            valid_skip=valid_skip,
+            progress=bar,
         )
 
 
