@@ -77,6 +77,7 @@ FIELD_RULES: dict[str, Rule] = {
     "rollout.max_batch": count(1),
     "rollout.context": one_of("window", "full"),
     "rollout.prefix_cache_tokens": count(0),
+    "dynamic_sampling.max_rounds": count(1),
     "algo.name": NONEMPTY,
     "algo.gamma": within(0, 1),  # the estimator registry: check_estimator
     "algo.step_weight": at_least(0),

@@ -48,11 +48,9 @@ class DynamicSamplingConfig:
 
 
 def check_dynamic_sampling(cfg: Any) -> None:
-    """``cfg`` is a TrainConfig; raises ConfigError, never changes it."""
-    d = cfg.dynamic_sampling
-    if d.max_rounds < 1:
-        raise ConfigError(f"dynamic_sampling.max_rounds={d.max_rounds}: must be >= 1")
-    if d.enabled and cfg.rollout.group_size < 2:
+    """``cfg`` is a TrainConfig (``max_rounds``' range: ``roleagent.config_rules``); raises
+    ConfigError, never changes it."""
+    if cfg.dynamic_sampling.enabled and cfg.rollout.group_size < 2:
         raise ConfigError("dynamic_sampling.enabled compares the returns within a group: set rollout.group_size >= 2")
 
 
