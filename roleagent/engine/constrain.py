@@ -102,7 +102,10 @@ class TrieCursor:
 
     def advance_all(self, tokens: Sequence[int]) -> bool:
         """:meth:`advance` past each of ``tokens``; True when a full sequence is done."""
-        return [self.advance(token) for token in tokens][-1]
+        done = False
+        for token in tokens:
+            done = self.advance(token)
+        return done
 
     def forced_tail(self) -> list[int] | None:
         """The rest of the row's sequence when only one remains below the cursor (each
