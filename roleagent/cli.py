@@ -24,7 +24,7 @@ import errno
 import sys
 from pathlib import Path
 
-from roleagent.config import ConfigError, load_config, validate
+from roleagent.config import ConfigError, load_config
 from roleagent.config_rules import explain
 from roleagent.fields import MAX_EPISODES
 from roleagent.sft.role_cli import load_engine
@@ -35,10 +35,11 @@ def _train(args: argparse.Namespace) -> int:
     if args.explain:
         print("\n".join(explain()))
         return 0
-    cfg = load_config(args.config, args.set)
     from roleagent.trainer import Trainer
+    from roleagent.trainer.checks import prepare
     from roleagent.trainer.distributed import DistributedTrainer, launched, torchrun
 
+    cfg = prepare(load_config(args.config, args.set))  # a config error before torchrun or a run folder
     if args.nproc > 1:  # re-run this command under torchrun, one process per rank
         return torchrun(
             args.nproc,
@@ -87,7 +88,9 @@ def _eval_config(args: argparse.Namespace):
     if not 1 <= args.workers <= MAX_EPISODES or args.trials < 1:
         raise ConfigError(f"--workers={args.workers}, --trials={args.trials}: must be in [1, {MAX_EPISODES}], >= 1")
     cfg.run_dir = args.out or str(Path(args.run) / "eval" if args.run else "runs/eval")
-    validate(cfg)  # --split, --max-tasks and --out are config fields too
+    from roleagent.trainer.checks import prepare
+
+    prepare(cfg)  # --split, --max-tasks and --out are config fields too
     return cfg
 
 
@@ -158,9 +161,11 @@ def _sft_config(args: argparse.Namespace):
     from roleagent.envs import env_specs
 
     source = getattr(args, "expert", None) or getattr(args, "recipe", None) or args.config
+    from roleagent.trainer.checks import prepare
+
     if source in env_specs():
-        return load_config(args.config, [f"env.name={source}", *args.set])
-    return load_config(source, args.set)
+        return prepare(load_config(args.config, [f"env.name={source}", *args.set]))
+    return prepare(load_config(source, args.set))
 
 
 def _expert_data(args: argparse.Namespace) -> int:

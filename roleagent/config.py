@@ -1,10 +1,15 @@
 """Typed run configuration: dataclasses, YAML recipes, dotted overrides, up-front checks.
 
 A recipe is a small YAML file whose keys mirror :class:`TrainConfig`. Unknown keys are
-errors that name the closest known key; values are type-checked; batch sizes are checked
-before any model is loaded::
+errors that name the closest known key; values are type-checked; ranges and batch sizes
+are checked before any model is loaded::
 
     cfg = load_config("roleagent/recipes/role_agent_textcraft.yaml", ["optim.lr=1e-4"])
+
+This module is a leaf: it checks fields, and imports no trainer or method code (only the
+methods' settings sections). The components a config names (estimator, engine, metric
+sinks, methods) are checked, and the settings they imply filled in, when a run starts:
+:func:`roleagent.trainer.checks.prepare`, which a ``Trainer`` calls first thing.
 
 Every field carries its help text in ``metadata["help"]`` (``roleagent train --explain``
 prints them).
@@ -15,8 +20,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +29,12 @@ import yaml
 from roleagent.critic_config import CriticConfig
 from roleagent.dynamic_sampling import DynamicSamplingConfig, check_dynamic_sampling
 from roleagent.engine.openai import ServerConfig
-from roleagent.fields import ConfigError, setting
+from roleagent.fields import ConfigError, from_dict, setting
 from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.role_agent.config import AIWConfig, WIAConfig
 from roleagent.methods.seal.config import SEALConfig
 from roleagent.optim_config import OptimConfig
-from roleagent.plugins import did_you_mean
 from roleagent.sft.config import SFTConfig, check_warm_start
 
 __all__ = [
@@ -235,46 +237,6 @@ class TrainConfig:
 # ------------------------------------------------------------------ loading ----------
 
 
-def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
-    """Build dataclass ``cls`` from a nested dict; unknown keys and bad types are errors."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else key
-        if key not in fields:
-            hint = did_you_mean(key, fields, prefix=where + "." if where else "")
-            raise ConfigError(f"unknown config key {path!r}{hint}")
-        kwargs[key] = _coerce(hints[key], value, path)
-    return cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, path: str) -> Any:
-    if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value or {}, path)
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(options[0], value, path)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    expected = origin or hint
-    if expected in (dict, list) and isinstance(value, expected):
-        return value
-    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        raise ConfigError(f"{path}: expected {getattr(expected, '__name__', expected)}, got {value!r}")
-    return value
-
-
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
@@ -306,24 +268,15 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    """The recipe at ``path`` (a file or a shipped recipe's name; ``None``: the defaults)
+    with ``overrides`` applied, its fields checked (:func:`validate`). The components the
+    fields name are checked when a run starts (:func:`roleagent.trainer.checks.prepare`)."""
     from roleagent.config_rules import upgrade_legacy
 
     data = read_recipe(path) if path is not None else {}
     data = upgrade_legacy(apply_overrides(data, list(overrides or [])))
     cfg = from_dict(TrainConfig, data)
     validate(cfg)
-    resolve(cfg)
-    return cfg
-
-
-def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill in what a valid config leaves implied (after :func:`validate`, which never
-    changes the config): each enabled method's ``Method.resolve_config`` (e.g. SEAL's
-    ``env.kwargs.interface`` follows ``seal.interface_evolution``)."""
-    from roleagent.trainer.methods import method_classes
-
-    for cls in method_classes(cfg):
-        cls.resolve_config(cfg)
     return cfg
 
 
@@ -373,11 +326,12 @@ def resolve_recipe(path: str | Path) -> Path:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Consistency checks that would otherwise fail hours into a run (or silently change
+    """The field checks that would otherwise fail hours into a run (or silently change
     it): every field's range or choices (:mod:`roleagent.config_rules`), the model path,
-    the environment, then cross-field checks. Never changes ``cfg``; raises a one-line
-    :class:`ConfigError` naming the key."""
-    from roleagent.config_rules import check_components, check_env, check_fields, check_model_name, check_rollout
+    the environment, then the cross-field rules that read the config alone. Never changes
+    ``cfg``; raises a one-line :class:`ConfigError` naming the key. The components and
+    methods are checked by :func:`roleagent.trainer.checks.prepare`, which calls this first."""
+    from roleagent.config_rules import check_env, check_fields, check_model_name, check_rollout
 
     check_fields(cfg)
     check_model_name(cfg.model.name)
@@ -394,9 +348,3 @@ def validate(cfg: TrainConfig) -> None:
     check_dynamic_sampling(cfg)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
-    from roleagent.trainer.methods import check_methods, method_classes
-
-    check_components(cfg)  # report_to, model.engine (and its server), algo.name, critic
-    check_methods(cfg)  # each enabled method's own cross-field checks (Method.check_config)
-    if r.group_size < 2 and all(cls.uses_advantages for cls in method_classes(cfg)):
-        raise ConfigError(f"{cfg.algo.name} compares rollouts within a group: rollout.group_size must be >= 2")

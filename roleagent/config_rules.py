@@ -366,30 +366,6 @@ def fsdp_can_gather() -> bool:
     return hasattr(FSDPModule, "set_reshard_after_forward")
 
 
-def check_components(cfg) -> None:
-    """The named parts a run is built from resolve and fit together: the metric sinks
-    (``report_to``), the engine (and an OpenAI-compatible engine's server settings), the
-    advantage estimator and the critic it may need."""
-    from roleagent.critic_config import check_critic
-    from roleagent.engine import ENGINES
-    from roleagent.engine.openai import check_server_config
-    from roleagent.models.hub import check_device
-    from roleagent.plugins import PluginError, resolve
-    from roleagent.trainer.advantages import check_estimator
-    from roleagent.trainer.metrics import check_report_to
-
-    check_report_to(cfg.report_to)
-    if cfg.model.engine != "openai":  # (which loads no weights here)
-        check_device(cfg.model.device)  # before a model is loaded or a run folder made
-    try:
-        resolve("engines", cfg.model.engine, ENGINES)
-    except PluginError as error:
-        raise ConfigError(f"model.engine: {error}") from None
-    check_server_config(cfg)
-    check_critic(cfg, estimator_uses_critic=check_estimator(cfg.algo.name))
-    check_fsdp(cfg)
-
-
 def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
     """An older roleagent's config in today's keys (a copy, with a FutureWarning):
 

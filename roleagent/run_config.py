@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from roleagent.config import TrainConfig, apply_overrides, from_dict, read_recipe, resolve, to_dict, validate
+from roleagent.config import TrainConfig, apply_overrides, from_dict, read_recipe, to_dict
 from roleagent.fields import ConfigError
 
 #: Config keys holding file or folder paths (``model.name`` too, when it is a local folder).
@@ -100,7 +100,7 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = (), *, check: bo
             data[section][name] = resolve_recorded(value, run_dir)
         elif not Path(value).is_absolute() and (Path(run_dir) / value).exists():  # else an HF id
             data[section][name] = str(Path(run_dir) / value)
+    from roleagent.trainer.checks import prepare, resolve_methods
+
     cfg = from_dict(TrainConfig, upgrade_legacy(apply_overrides(data, list(overrides))))
-    if check:
-        validate(cfg)
-    return resolve(cfg)
+    return prepare(cfg) if check else resolve_methods(cfg)

@@ -13,6 +13,7 @@ from roleagent.envs import EnvSpec, register_env
 from roleagent.envs.base import StepResult
 from roleagent.envs.scripted import ScriptedEnv
 from roleagent.trainer import Trainer
+from roleagent.trainer.checks import prepare
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -65,8 +66,13 @@ class Killed(BaseException):
     """Stands for SIGKILL at a chosen point (nothing after it runs)."""
 
 
+def checked_config(path=None, overrides=()):
+    """``load_config`` and then the run's start checks (``prepare``): the config a Trainer runs."""
+    return prepare(load_config(path, list(overrides)))
+
+
 def config(run_dir: Path, iterations: int, extra=()):
-    return load_config(None, TINY + [f"run_dir={run_dir}", f"iterations={iterations}", *extra])
+    return checked_config(None, TINY + [f"run_dir={run_dir}", f"iterations={iterations}", *extra])
 
 
 def run(run_dir: Path, iterations: int, extra=(), **kwargs) -> Trainer:

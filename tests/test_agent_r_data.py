@@ -5,8 +5,9 @@ loss mask of the resulting chat examples."""
 from dataclasses import dataclass, field
 
 import pytest
+from run_helpers import checked_config
 
-from roleagent.config import ConfigError, load_config
+from roleagent.config import ConfigError
 from roleagent.engine.base import Generation
 from roleagent.methods.agent_r import data
 from roleagent.methods.agent_r.judge import judge_counts, judge_prompt
@@ -192,7 +193,7 @@ def test_agent_r_config_checks(override, message):
         "rollout.group_size=1",
     ]
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        load_config(None, base + [override])
+        checked_config(None, base + [override])
 
 
 def test_revision_mask_end_to_end_on_tokens(tiny_policy):

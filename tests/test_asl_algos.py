@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from run_helpers import checked_config
 
 from roleagent.algos.asl import (
     EASIER,
@@ -20,7 +21,7 @@ from roleagent.algos.asl import (
     plateaued,
     verdict_entropy,
 )
-from roleagent.config import ConfigError, load_config, validate
+from roleagent.config import ConfigError, validate
 from roleagent.methods.asl.files import RoundFiles
 from roleagent.methods.asl.prompts import PG_ITERATION_0, final_answer, meta_prompt, parse_pair
 from roleagent.methods.asl.roles import verification_pairs
@@ -202,17 +203,17 @@ def test_round_files_cut_back_to_the_checkpoint(tmp_path):
 
 
 def test_asl_config_section():
-    cfg = load_config(None, ["asl.enabled=true", "wia.enabled=false"])
+    cfg = checked_config(None, ["asl.enabled=true", "wia.enabled=false"])
     assert (cfg.asl.checks, cfg.asl.accept, cfg.asl.attempts) == (5, 0.8, 10)  # the authors' K, C and M
     validate(cfg)
     with pytest.raises(ConfigError, match=r"asl.accept=1.5"):
-        validate(load_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.accept=1.5"]))
+        validate(checked_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.accept=1.5"]))
     with pytest.raises(ConfigError, match="wia.enabled"):
-        validate(load_config(None, ["asl.enabled=true", "wia.enabled=true"]))
+        validate(checked_config(None, ["asl.enabled=true", "wia.enabled=true"]))
     with pytest.raises(ConfigError, match="phase_min_iterations"):
-        validate(load_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.phase_min_iterations=30"]))
+        validate(checked_config(None, ["asl.enabled=true", "wia.enabled=false", "asl.phase_min_iterations=30"]))
     with pytest.raises(ConfigError):
-        load_config(None, ["asl.no_such_key=1"])
+        checked_config(None, ["asl.no_such_key=1"])
 
 
 def _method(tmp_path, **settings):

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from run_helpers import checked_config
 
 from roleagent.config import ConfigError, apply_overrides, load_config
 from roleagent.config_rules import explain, upgrade_legacy
@@ -74,7 +75,7 @@ def test_overrides_parse_yaml_values():
 )
 def test_inconsistent_batches_fail_before_any_work(override, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(None, override)
+        checked_config(None, override)
 
 
 def test_malformed_yaml_is_a_config_error(tmp_path):

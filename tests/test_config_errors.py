@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from run_helpers import checked_config
 
 from roleagent import cli
 from roleagent.config import TrainConfig, load_config
@@ -147,13 +148,13 @@ def test_every_field_has_a_rule():
 
 
 def test_validation_does_not_change_the_config():
-    cfg = load_config("seal_bfcl")
+    cfg = checked_config("seal_bfcl")
     before = repr(cfg)
     from roleagent.config import validate
 
     validate(cfg)
     assert repr(cfg) == before
-    assert cfg.env.kwargs["interface"] == "evolved"  # filled in by load_config, not by validate
+    assert cfg.env.kwargs["interface"] == "evolved"  # filled in by prepare, not by validate
 
 
 def test_model_paths(tmp_path):

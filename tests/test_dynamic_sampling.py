@@ -10,7 +10,7 @@ import pytest
 
 from roleagent import dynamic_sampling
 from roleagent.config import ConfigError, load_config
-from tests.run_helpers import TINY
+from tests.run_helpers import TINY, checked_config
 
 GRPO = [*TINY, "algo.name=grpo", "wia.enabled=false", "iterations=1", "eval.at_start=false", "eval.max_tasks=1"]
 
@@ -58,10 +58,10 @@ def test_trains_only_the_groups_that_disagree(tmp_path):
 
 
 def test_off_by_default_and_checked():
-    assert not load_config(None, []).dynamic_sampling.enabled
+    assert not checked_config(None, []).dynamic_sampling.enabled
     with pytest.raises(ConfigError, match="max_rounds=0"):
-        load_config(None, ["dynamic_sampling.max_rounds=0"])
+        checked_config(None, ["dynamic_sampling.max_rounds=0"])
     with pytest.raises(ConfigError, match="group_size >= 2"):
-        load_config(None, ["dynamic_sampling.enabled=true", "rollout.group_size=1"])
+        checked_config(None, ["dynamic_sampling.enabled=true", "rollout.group_size=1"])
     with pytest.raises(ConfigError, match="cannot run with dynamic_sampling.enabled"):
-        load_config("asl_search", ["dynamic_sampling.enabled=true"])  # it replaces the collector
+        checked_config("asl_search", ["dynamic_sampling.enabled=true"])  # it replaces the collector

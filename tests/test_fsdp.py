@@ -17,7 +17,7 @@ from roleagent.models.loading import policy_from_config
 from roleagent.trainer import Trainer
 from roleagent.trainer.samples import TrainSample
 from roleagent.trainer.update import Updater
-from tests.run_helpers import config, trainable
+from tests.run_helpers import checked_config, config, trainable
 from tests.test_distributed import EXTRA, _assert_close, _free_port, _launch, _Replay
 
 # lr 1e-4: with full fine-tuning, AdamW's first steps are ~lr * sign(g), so entries whose
@@ -31,16 +31,16 @@ needs_gather = pytest.mark.skipif(not fsdp_can_gather(), reason="FSDPModule.set_
 def test_fsdp_refuses_what_it_does_not_shard():
     base = ["model.name=tiny", "env.name=scripted", "optim.fsdp=true"]
     with pytest.raises(ConfigError, match="model.lora_rank > 0"):
-        load_config(None, base)
+        checked_config(None, base)
     with pytest.raises(ConfigError, match="optim.kl_coef > 0"):
-        load_config(None, [*base, "model.lora_rank=0", "optim.kl_coef=0.001"])
+        checked_config(None, [*base, "model.lora_rank=0", "optim.kl_coef=0.001"])
     with pytest.raises(ConfigError, match="model.engine=openai"):
-        load_config(None, [*base, "model.lora_rank=0", "model.engine=openai"])
+        checked_config(None, [*base, "model.lora_rank=0", "model.engine=openai"])
     if not fsdp_can_gather():
         with pytest.raises(ConfigError, match="set_reshard_after_forward"):
-            load_config(None, [*base, "model.lora_rank=0"])
+            checked_config(None, [*base, "model.lora_rank=0"])
         return
-    assert load_config(None, [*base, "model.lora_rank=0"]).optim.fsdp
+    assert checked_config(None, [*base, "model.lora_rank=0"]).optim.fsdp
 
 
 # --------------------------------------------------------------- the update alone ------

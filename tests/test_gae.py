@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from roleagent.algos.gae import clipped_value_loss, explained_variance, gae, whiten
-from roleagent.config import AlgoConfig, ConfigError, load_config
+from roleagent.config import AlgoConfig, ConfigError
 from roleagent.trainer.advantages import StepBatch, compute_advantages
-from tests.run_helpers import make_trajectory
+from tests.run_helpers import checked_config, make_trajectory
 
 
 def reference_gae(rewards, values, gamma, lam):
@@ -163,7 +163,7 @@ def test_ppo_estimator_without_values_is_a_clear_error():
 
 def test_critic_config_checks():
     with pytest.raises(ConfigError, match="critic.enabled=true"):
-        load_config(None, ["algo.name=ppo", "model.name=tiny"])
+        checked_config(None, ["algo.name=ppo", "model.name=tiny"])
     for bad, key in [
         ("critic.backbone=both", "critic.backbone"),
         ("critic.lr=0", "critic.lr"),
@@ -171,11 +171,11 @@ def test_critic_config_checks():
         ("algo.lam=1.5", "algo.lam"),
     ]:
         with pytest.raises(ConfigError, match=key):
-            load_config(None, ["algo.name=ppo", "critic.enabled=true", "model.name=tiny", bad])
+            checked_config(None, ["algo.name=ppo", "critic.enabled=true", "model.name=tiny", bad])
     with pytest.raises(ConfigError, match="no value targets"):
-        load_config(None, ["critic.enabled=true", "model.name=tiny", "algo.name=grpo", "wia.enabled=false"])
+        checked_config(None, ["critic.enabled=true", "model.name=tiny", "algo.name=grpo", "wia.enabled=false"])
     with pytest.raises(ConfigError, match="unknown config key 'critic.lamda'"):
-        load_config(None, ["critic.lamda=0.9"])
+        checked_config(None, ["critic.lamda=0.9"])
     ok = ["algo.name=ppo", "critic.enabled=true", "critic.value_clip=null", "model.name=tiny", "wia.enabled=false"]
-    cfg = load_config(None, ok)
+    cfg = checked_config(None, ok)
     assert cfg.critic.value_clip is None and cfg.algo.lam == 0.95

@@ -47,20 +47,11 @@ METHOD_NAMES_ALLOWED: dict[tuple[str, str], str] = {
 CYCLE_EDGES_ALLOWED: dict[tuple[str, str], str] = {
     ("roleagent.sft.data", "roleagent.sft.sources"): "read_examples, the entry point 11 modules import from "
     "sft.data, reads through the format readers, which build on data's checks (mend: move it into sources)",
-    ("roleagent.config", "roleagent.trainer.methods"): "load_config runs the methods' checks and resolve_config "
-    "(issue 25: run them when the trainer starts, config a leaf)",
-    ("roleagent.config", "roleagent.trainer"): "the package of roleagent.trainer.methods (same import as above)",
-    ("roleagent.config_rules", "roleagent.trainer.advantages"): "check_components resolves algo.name "
-    "(issue 25: the trainer's start checks)",
-    ("roleagent.config_rules", "roleagent.trainer.metrics"): "check_components checks report_to (same)",
-    ("roleagent.config_rules", "roleagent.trainer"): "the package of the two imports above",
     ("roleagent.config_rules", "roleagent.config"): "split from config.py for the line cap; reads TrainConfig "
     "at call time",
     ("roleagent.trainer.loop", "roleagent.sft.warm_start"): "the warm start lives in roleagent.sft, which "
     "imports the trainer's parts (issue 25: move it into trainer/)",
     ("roleagent.trainer", "roleagent.trainer.loop"): "Trainer imported on first use (module __getattr__)",
-    ("roleagent.trainer.methods", "roleagent.config"): "an external method's settings are built by "
-    "config.from_dict (a leaf's job: issue 25 makes config a leaf)",
     ("roleagent.trainer.checkpoint", "roleagent.trainer.fsdp"): "a sharded policy is gathered through fsdp, "
     "which builds on distributed's DataParallel, whose Trainer subclass imports checkpoint",
     ("roleagent.trainer.distributed", "roleagent.trainer.fsdp"): "optim.fsdp switches the FSDP2 data "
@@ -85,8 +76,9 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``."""
+def _runtime_nodes(tree: ast.AST, on_first_use: bool = True):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (and, unless
+    ``on_first_use``, those of a module-level ``__getattr__``: re-exports loaded on first use)."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -94,18 +86,18 @@ def _runtime_nodes(tree: ast.AST):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child):
                 stack.extend(child.orelse)
-            else:
+            elif on_first_use or not (node is tree and getattr(child, "name", "") == "__getattr__"):
                 stack.append(child)
 
 
-def imported_names(module: str) -> set[str]:
+def imported_names(module: str, on_first_use: bool = True) -> set[str]:
     """The modules ``module`` imports at run time: ``import a.b`` → ``a.b``; ``from a
     import b`` → ``a.b`` when that is a module of the package, else ``a``; relative imports
     resolved."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path)), on_first_use):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -118,15 +110,16 @@ def imported_names(module: str) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(on_first_use: bool = True) -> dict[str, set[str]]:
     """Package module → the package modules its import runs: the module itself and the
     packages above it (their ``__init__`` runs first), but not the packages above the
-    importer (already running)."""
+    importer (already running). Without ``on_first_use``, the imports of a module-level
+    ``__getattr__`` (names re-exported on first use) are left out."""
     edges: dict[str, set[str]] = {}
     for module in MODULES:
         own = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 2)}
         targets = set()
-        for name in imported_names(module):
+        for name in imported_names(module, on_first_use):
             parts = name.split(".")
             for i in range(1, len(parts) + 1):
                 target = ".".join(parts[:i])
@@ -200,6 +193,38 @@ def test_envs_import_no_trainer_methods_or_config():
         if wrong:
             bad[module] = sorted(wrong)
     assert bad == {}
+
+
+def reached(start: str, edges: dict[str, set[str]]) -> set[str]:
+    """The package modules that importing ``start`` can run, function-level imports included."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in edges.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_config_is_a_leaf():
+    """The config reaches no trainer and, of the methods, only their settings modules
+    (``methods/*/config.py``): the components a config names are checked when a run starts
+    (``roleagent.trainer.checks.prepare``), not when it is loaded. The packages' names
+    re-exported on first use (``roleagent.methods.Method``) are not loaded by an import."""
+    edges = graph(on_first_use=False)
+    for start in ("roleagent.config", "roleagent.config_rules"):
+        above = {
+            m
+            for m in reached(start, edges)
+            if m.startswith("roleagent.trainer")
+            or (m.startswith("roleagent.methods.") and not m.endswith(".config") and m.count(".") > 2)
+        }
+        assert above == set(), f"{start} reaches {sorted(above)}"
+
+
+def test_the_leaf_check_can_fail():
+    edges = {"roleagent.config": {"roleagent.x"}, "roleagent.x": {"roleagent.trainer.loop"}}
+    assert "roleagent.trainer.loop" in reached("roleagent.config", edges)
 
 
 def _code_words(path: Path) -> set[str]:

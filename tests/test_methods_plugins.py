@@ -18,7 +18,7 @@ from roleagent.config import AlgoConfig, ConfigError, load_config
 from roleagent.trainer import Trainer
 from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.types import Step, Task, Trajectory
-from tests.run_helpers import TINY, make_trajectory
+from tests.run_helpers import TINY, checked_config, make_trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,15 +135,15 @@ def test_method_from_an_entry_point(external, monkeypatch):
 def test_external_method_settings_are_typed(external):
     base = TINY + ["algo.name=grpo", "wia.enabled=false", "methods=[ext_method_mod:Half]"]
     with pytest.raises(ConfigError, match="method_settings.half.factr.*did you mean"):
-        load_config(None, base + ["method_settings={half: {factr: 1}}"])
+        checked_config(None, base + ["method_settings={half: {factr: 1}}"])
     with pytest.raises(ConfigError, match="method_settings.half.factor: expected float"):
-        load_config(None, base + ["method_settings={half: {factor: fast}}"])
+        checked_config(None, base + ["method_settings={half: {factor: fast}}"])
     with pytest.raises(ConfigError, match="method_settings.other: no method 'other'"):
-        load_config(None, base + ["method_settings={other: {}}"])
+        checked_config(None, base + ["method_settings={other: {}}"])
     with pytest.raises(ConfigError, match="methods: .*no_such_mod"):
-        load_config(None, TINY + ["methods=[no_such_mod:Thing]"])
+        checked_config(None, TINY + ["methods=[no_such_mod:Thing]"])
     with pytest.raises(ConfigError, match="seal.enabled=true"):
-        load_config(None, TINY + ["methods=[seal]"])
+        checked_config(None, TINY + ["methods=[seal]"])
 
 
 def test_external_estimator_by_name(external):

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
+from run_helpers import checked_config
 
 from roleagent.config import ConfigError, load_config, validate
 from roleagent.engine import SamplingParams, create_engine
@@ -175,7 +176,7 @@ def test_auto_falls_back_to_text_and_keeps_the_chat(scripted):
 )
 def test_config_refuses_training_and_constraints(sets, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(None, ["model.engine=openai", *sets])
+        checked_config(None, ["model.engine=openai", *sets])
 
 
 def test_config_accepts_evaluation():

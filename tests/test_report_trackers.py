@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import checked_config
 
 from roleagent.config import ConfigError, load_config
 from roleagent.trainer.metrics import MetricsWriter, check_report_to, tracker_scalars
@@ -45,11 +46,11 @@ def test_tracker_scalars_keep_finite_numbers_and_name_the_panel():
 
 
 def test_report_to_is_checked(monkeypatch):
-    assert load_config(None, []).report_to == ["jsonl"]
+    assert checked_config(None, []).report_to == ["jsonl"]
     with pytest.raises(ConfigError, match="report_to: unknown 'mlflow'"):
-        load_config(None, ["report_to=[jsonl, mlflow]"])
+        checked_config(None, ["report_to=[jsonl, mlflow]"])
     with pytest.raises(ConfigError, match="must include 'jsonl'"):
-        load_config(None, ["report_to=[tensorboard]"])
+        checked_config(None, ["report_to=[tensorboard]"])
     with pytest.raises(ConfigError, match="named twice"):
         check_report_to(["jsonl", "jsonl"])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)

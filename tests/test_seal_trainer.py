@@ -12,7 +12,7 @@ import pytest
 from roleagent.config import ConfigError, SEALConfig, load_config
 from roleagent.methods.seal.method import SealMethod
 from roleagent.trainer.advantages import StepBatch, compute_advantages
-from tests.run_helpers import make_trajectory
+from tests.run_helpers import checked_config, make_trajectory
 
 pytest.importorskip("bfcl_eval")
 
@@ -138,18 +138,18 @@ def test_profile_push_reaches_process_workers():
 )
 def test_seal_config_checks(override, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(None, override)
+        checked_config(None, override)
 
 
 def test_interface_evolution_sets_evolved_and_eval_stays_plain():
-    cfg = load_config("seal_bfcl")
+    cfg = checked_config("seal_bfcl")
     assert cfg.env.kwargs["interface"] == "evolved" and cfg.seal.utility_ema and cfg.seal.interface_updates
     from roleagent.envs import make_env
 
     env = make_env("bfcl", **cfg.env.kwargs)
     assert env.reset(env.tasks("train")[0], 0)[1]["interface"] == "evolved"
     assert env.reset(env.tasks("eval")[0], 0)[1]["interface"] == "plain"
-    assert load_config("seal_bfcl_no_interface").env.kwargs["interface"] == "plain"
+    assert checked_config("seal_bfcl_no_interface").env.kwargs["interface"] == "plain"
 
 
 TINY_BFCL = [
@@ -271,7 +271,7 @@ def test_recipes_show_their_interface_components(recipe):
     profile full of failures adds guidelines: the authors' settings never do."""
     from roleagent.envs import make_env
 
-    kwargs = {**load_config(recipe).env.kwargs, "classes": ["GorillaFileSystem"], "categories": ["base"]}
+    kwargs = {**checked_config(recipe).env.kwargs, "classes": ["GorillaFileSystem"], "categories": ["base"]}
     kwargs.update(train_per_category=1, eval_per_category=1, split=kwargs.get("split", "roleagent"))
     env = make_env("bfcl", **kwargs)
     cues, guidelines = RECIPE_CUES[recipe]
@@ -287,9 +287,9 @@ def test_recipes_show_their_interface_components(recipe):
 
 def test_interface_updates_needs_interface_evolution():
     with pytest.raises(ConfigError, match="interface_updates"):
-        load_config(None, ["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false"])
+        checked_config(None, ["seal.enabled=true", "env.name=bfcl", "seal.interface_evolution=false"])
     with pytest.raises(ConfigError, match="unknown config key 'seal.closed_loop'"):
-        load_config(None, ["seal.enabled=true", "env.name=bfcl", "seal.closed_loop=false"])
+        checked_config(None, ["seal.enabled=true", "env.name=bfcl", "seal.closed_loop=false"])
 
 
 def _failing_batch(n=40):

@@ -3,10 +3,20 @@
 (``roleagent.trainer.stages``) through :class:`roleagent.trainer.methods.Method`.
 
 The interface and the registry of built-in and external methods belong to the trainer
-(:mod:`roleagent.trainer.methods`); the names below are re-exported from there so that
-``from roleagent.methods import Method`` keeps working.
+(:mod:`roleagent.trainer.methods`); the names below are re-exported from there on first
+use, so that ``from roleagent.methods import Method`` keeps working and importing a
+method's settings (``roleagent.methods.seal.config``, which the config reads) loads no
+trainer.
 """
 
-from roleagent.trainer.methods import METHODS, Method, MethodContext, build_methods, check_methods, method_classes
+from typing import Any
 
 __all__ = ["METHODS", "Method", "MethodContext", "build_methods", "check_methods", "method_classes"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from roleagent.trainer import methods
+
+        return getattr(methods, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -297,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from roleagent.config import load_config
     from roleagent.sft.data import read_examples
     from roleagent.sft.role_cli import load_engine, role_parser
+    from roleagent.trainer.checks import prepare
 
     parser = role_parser("python -m roleagent.sft.analyst", USAGE)
     parser.add_argument("--rollouts", nargs="+", default=[])
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-game", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
-    cfg = load_config(args.recipe, args.set)
+    cfg = prepare(load_config(args.recipe, args.set))
     if args.command == "data":
         counts = write_data(
             cfg, args.rollouts, args.valid_rollouts, args.out, valid_games=args.valid_games, per_game_cap=args.per_game

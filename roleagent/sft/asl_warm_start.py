@@ -184,12 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from roleagent.envs import make_env
     from roleagent.evaluation import eval_splits, panel
     from roleagent.sft.role_cli import load_engine, role_parser
+    from roleagent.trainer.checks import prepare
 
     parser = role_parser("python -m roleagent.sft.asl_warm_start", USAGE)
     parser.add_argument("--data", default="")
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
-    cfg = load_config(args.recipe, args.set)
+    cfg = prepare(load_config(args.recipe, args.set))
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     if args.command == "data":
         out = Path(args.out)

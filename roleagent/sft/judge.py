@@ -332,13 +332,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from roleagent.config import load_config
     from roleagent.sft.role_cli import load_engine, role_parser
+    from roleagent.trainer.checks import prepare
 
     parser = role_parser("python -m roleagent.sft.judge", USAGE)
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--valid", type=int, default=8)
     parser.add_argument("--valid-skip", type=int, default=0, help="data: skip the first S held-out goals")
     args = parser.parse_args(argv)
-    cfg = load_config(args.recipe, args.set)
+    cfg = prepare(load_config(args.recipe, args.set))
     _, engine = load_engine(cfg)
     if args.command == "data":
         print(json.dumps(_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid, valid_skip=args.valid_skip)))

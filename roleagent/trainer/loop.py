@@ -56,6 +56,7 @@ from roleagent.trainer.checkpoint import (
     mark_finished,
     save_checkpoint,
 )
+from roleagent.trainer.checks import prepare
 from roleagent.trainer.critic import NoCritic, build_critic
 from roleagent.trainer.evaluate import evaluate_panel
 from roleagent.trainer.methods import MethodContext, build_methods, method_classes
@@ -75,7 +76,7 @@ class Trainer:
     world_size = 1  # data-parallel processes sharing each iteration's episodes (roleagent.trainer.distributed)
 
     def __init__(self, cfg: TrainConfig, *, resume: bool = True, quiet: bool = False):
-        self.cfg = cfg
+        self.cfg = prepare(cfg)  # the components and methods, before a model loads or run_dir is made
         self.quiet = quiet
         self.run_dir = Path(cfg.run_dir)
         check_hub_model(cfg.model.name)  # an unreachable HF id: one line, before the run folder is made

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roleagent.fields import ConfigError
+from roleagent.fields import ConfigError, from_dict
 from roleagent.plugins import PluginError, load_object, resolve
 
 if TYPE_CHECKING:
@@ -179,8 +179,6 @@ def method_classes(cfg: Any) -> list[type]:
 
 def _settings(cls: type, cfg: Any) -> Any:
     """The config object of an external method (``None`` without ``config_class``)."""
-    from roleagent.config import from_dict
-
     given = cfg.method_settings.get(cls.name, {})
     if cls.config_class is None:
         if given:

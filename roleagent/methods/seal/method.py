@@ -139,7 +139,7 @@ class SealMethod(Method):
                 if getattr(meta, "interface_mode", "evolved") != "evolved":
                     raise ValueError(
                         "seal.interface_evolution needs the env built with interface='evolved' "
-                        "(load the config with roleagent.config.load_config, which sets it)"
+                        "(roleagent.trainer.checks.prepare sets it; a Trainer calls it)"
                     )
         self._batch_metrics: dict[str, float] = {}
 
