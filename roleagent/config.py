@@ -161,6 +161,11 @@ class AlgoConfig:
         "differs from GiGPO only in the step return) | 'trajectories' (the paper's eq. 1, each trajectory once)",
     )
     norm: str = setting("mean_std_norm", "mean_std_norm | mean_norm")
+    same_action_groups: str = setting(
+        "keep",
+        "GiGPO, Role-Agent: the step part A^S in an anchor group where every sample took the same "
+        "action: keep (the papers) | zero (its return differences credit later steps, not this choice)",
+    )
     similarity_threshold: float | None = setting(
         None, "group similar (not only identical) states at this similarity; null = exact (Role-Agent Table 5: 0.9)"
     )

@@ -85,6 +85,7 @@ FIELD_RULES: dict[str, Rule] = {
     "algo.prediction_weight": at_least(0),
     "algo.episode_stats": one_of("steps", "trajectories"),
     "algo.norm": one_of("mean_std_norm", "mean_norm"),
+    "algo.same_action_groups": one_of("keep", "zero"),
     "algo.penalty_placement": one_of("step", "reward"),
     "algo.similarity_threshold": within(0, 1, open_low=True),
     "algo.lam": within(0, 1),

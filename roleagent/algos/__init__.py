@@ -10,7 +10,7 @@ or interleaved; they return one float64 advantage per step sample, shape (n,).
 """
 
 from .episode import gigpo_episode_advantages, grpo_advantages, rloo_advantages
-from .gigpo import gigpo_advantage_parts, gigpo_advantages, state_advantages
+from .gigpo import gigpo_advantage_parts, gigpo_advantages, same_action_groups, state_advantages
 from .loss import approx_kl_k3, masked_mean, policy_loss, token_entropy_from_logits
 from .returns import (
     PLACEMENTS,
@@ -52,6 +52,7 @@ __all__ = [
     "split_penalties",
     "role_agent_advantage_parts",
     "role_agent_advantages",
+    "same_action_groups",
     "state_advantages",
     "token_entropy_from_logits",
     "wia_returns",

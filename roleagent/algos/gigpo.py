@@ -37,6 +37,11 @@ Deviations, all deliberate:
   time order. Similarity clustering is greedy in batch order (as verl-agent's), so with a
   threshold the anchor groups can depend on the batch order; exact matching cannot.
 - anchor states are whatever hashable the caller passes (verl-agent's ``anchor_obs``).
+
+An option that is not GiGPO's (off by default): :func:`same_action_groups` finds the anchor
+groups in which every sample took the same action. Their step part compares returns of one
+and the same choice, so it credits what happened after the state, not the action taken in
+it; ``algo.same_action_groups=zero`` sets it to 0 there (``docs/design.md#gigpo``).
 """
 
 from __future__ import annotations
@@ -163,3 +168,21 @@ def anchored_parts(
     if anchors.shape != returns.shape:
         raise ValueError(f"states has shape {anchors.shape}, expected {returns.shape}")
     return a_episode, state_advantages(returns, anchors, mode=mode, eps=eps), anchors
+
+
+def same_action_groups(anchors: np.ndarray, actions: Sequence[Hashable]) -> np.ndarray:
+    """(n,) bool: the sample's anchor group has two or more samples and all took the same
+    action. A group of one is False (its step part is 0 anyway).
+
+    Example: anchors [0, 0, 1, 1, 2], actions [a, a, a, b, c] → [True, True, False, False,
+    False]: group 0 agrees, group 1 does not, group 2 is a singleton.
+    """
+    g = np.unique(np.asarray(anchors), return_inverse=True)[1].reshape(-1)  # dense codes
+    if len(actions) != len(g):
+        raise ValueError(f"{len(actions)} actions for {len(g)} step samples")
+    seen: dict[int, set] = {}
+    for group, action in zip(g.tolist(), actions, strict=True):
+        seen.setdefault(group, set()).add(action)
+    counts = np.bincount(g) if len(g) else np.zeros(0, dtype=np.int64)
+    agree = np.array([len(seen.get(k, ())) == 1 and counts[k] > 1 for k in range(len(counts))], dtype=bool)
+    return agree[g] if len(g) else np.zeros(0, dtype=bool)

@@ -46,12 +46,13 @@ class StepBatch:
     rewards: np.ndarray  # (n,) raw environment rewards (no invalid-action penalty)
     penalties: np.ndarray  # (n,) invalid-action penalty of each step (0 when valid)
     states: list  # (n,) state keys
+    actions: list = field(default_factory=list)  # (n,) executed actions (None: unparsable)
     values: np.ndarray | None = None  # (n,) the critic's V(s) of each step (critic.enabled), else None
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory]) -> StepBatch:
         kept = [t for t in trajectories if not t.crashed and t.steps]
-        group_ids, traj_ids, rewards, penalties, states = [], [], [], [], []
+        group_ids, traj_ids, rewards, penalties, states, actions = [], [], [], [], [], []
         for index, trajectory in enumerate(kept):
             for step in trajectory.steps:
                 group_ids.append(trajectory.task.id)
@@ -59,6 +60,7 @@ class StepBatch:
                 rewards.append(step.env_reward)
                 penalties.append(step.penalty)
                 states.append(step.state_key)
+                actions.append(step.action)
         return cls(
             trajectories=kept,
             group_ids=np.asarray(group_ids, dtype=object),
@@ -66,6 +68,7 @@ class StepBatch:
             rewards=np.asarray(rewards, dtype=np.float64),
             penalties=np.asarray(penalties, dtype=np.float64),
             states=states,
+            actions=actions,
         )
 
     @property
@@ -146,7 +149,17 @@ def gigpo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
         mode=cfg.norm,
         **_placed(batch, cfg),
     )
+    a_step = step_part(a_step, groups, batch, cfg)
     return Advantages(a_episode + cfg.step_weight * a_step, {"episode": a_episode, "step": a_step}, groups)
+
+
+def step_part(a_step: np.ndarray, groups: np.ndarray, batch: StepBatch, cfg: AlgoConfig) -> np.ndarray:
+    """GiGPO's and Role-Agent's step part ``A^S`` after ``algo.same_action_groups``: as
+    computed (``keep``) or 0 in the anchor groups where every sample took the same action
+    (``zero``; ``algos.same_action_groups``)."""
+    if cfg.same_action_groups == "keep":
+        return a_step
+    return np.where(algos.same_action_groups(groups, batch.actions), 0.0, a_step)
 
 
 def ppo(batch: StepBatch, cfg: AlgoConfig) -> Advantages:

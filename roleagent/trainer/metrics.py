@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from roleagent import algos
 from roleagent.stats import wilson_interval
 from roleagent.trainer.advantages import state_group_sizes, zero_variance_fraction
 from roleagent.types import Trajectory
@@ -282,7 +283,9 @@ def advantage_metrics(batch, estimate) -> dict[str, float]:
     - ``train/advantage_<part>_abs_mean``: mean |part| per named part (``episode``, ``step``);
     - ``train/anchor_group_size_mean``: step samples per state (anchor) group, and
       ``train/anchor_grouped_step_frac``: share of steps in a group of more than one member
-      (GiGPO's step credit, Feng et al., 2025, arXiv 2505.10978, is 0 in a group of one).
+      (GiGPO's step credit, Feng et al., 2025, arXiv 2505.10978, is 0 in a group of one);
+    - ``train/same_action_step_frac``: share of steps in a group of two or more that all took
+      the same action (``algo.same_action_groups``).
 
     Worked example: state groups ``[0, 1, 0]`` → sizes ``[2, 1, 2]``: 3 steps in 2 groups,
     mean size 1.5, grouped fraction 2/3.
@@ -299,4 +302,7 @@ def advantage_metrics(batch, estimate) -> dict[str, float]:
         sizes = state_group_sizes(estimate.state_group)
         out["train/anchor_group_size_mean"] = float(len(sizes) / len(np.unique(estimate.state_group)))
         out["train/anchor_grouped_step_frac"] = float(np.mean(sizes > 1))
+        if len(batch.actions) == len(estimate.state_group):
+            agree = algos.same_action_groups(estimate.state_group, batch.actions)
+            out["train/same_action_step_frac"] = float(np.mean(agree))
     return out

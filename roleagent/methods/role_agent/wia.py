@@ -46,7 +46,7 @@ from roleagent import algos
 from roleagent.engine.base import SamplingParams
 from roleagent.fields import ConfigError
 from roleagent.methods.role_agent.aiw.analysis import point_biserial
-from roleagent.trainer.advantages import Advantages, StepBatch
+from roleagent.trainer.advantages import Advantages, StepBatch, step_part
 from roleagent.trainer.methods import Method
 from roleagent.trainer.samples import TrainSample
 from roleagent.types import Trajectory
@@ -194,6 +194,7 @@ def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
         episode_stats=cfg.episode_stats,
         prediction_weight=cfg.prediction_weight,
     )
+    a_state = step_part(a_state, groups, batch, cfg)
     return Advantages(a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state}, groups)
 
 
