@@ -4,6 +4,8 @@ reports how much of a batch such groups hold."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from run_helpers import make_trajectory
@@ -54,3 +56,29 @@ def test_the_metric_counts_the_steps_in_agreeing_groups():
     metrics = advantage_metrics(batch, estimate)
     assert metrics["train/same_action_step_frac"] == pytest.approx(0.5)  # the two s0 samples of four
     assert metrics["train/anchor_grouped_step_frac"] == pytest.approx(1.0)
+
+
+def test_the_share_of_a_run_read_from_its_rollout_dumps(tmp_path):
+    """``benchmarks/same_action_share.py`` on a dump of the batch above (step parts as the
+    trainer writes them into ``extras["algo"]``)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import same_action_share
+
+    batch = _batch()
+    estimate = compute_advantages(batch, AlgoConfig(name="gigpo", gamma=0.5, norm="mean_norm"))
+    parts, groups = iter(estimate.parts["step"].tolist()), iter(estimate.state_group.tolist())
+    lines = []
+    for trajectory in batch.trajectories:
+        steps = [
+            {"action": s.action, "extras": {"algo": {"step": next(parts), "state_group": next(groups)}}}
+            for s in trajectory.steps
+        ]
+        lines.append(json.dumps({"task_id": trajectory.task.id, "steps": steps}))
+    dump = tmp_path / "iter_000000.jsonl"
+    dump.write_text("\n".join(lines) + "\n")
+    n, same, mass, same_mass = same_action_share.iteration_share(dump)
+    assert (n, same) == (4, 2)
+    assert mass == pytest.approx(0.25 + 0.5 + 0.25 + 0.5) and same_mass == pytest.approx(0.5)  # the two s0 samples
