@@ -79,7 +79,6 @@ class ModelConfig:
         "generation engine: a short name of roleagent.engine.ENGINES, an entry point of "
         "roleagent.engines, or module:Class",
     )
-    server: ServerConfig = field(default_factory=ServerConfig)  # model.engine=openai (docs/engines.md)
 
 
 @dataclass
@@ -213,6 +212,7 @@ class TrainConfig:
         "installed (pip install 'roleagent[tensorboard]', '[wandb]', '[trackio]'), else a config error",
     )
     model: ModelConfig = field(default_factory=ModelConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)  # model.engine=openai (docs/engines.md)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -231,6 +231,11 @@ class TrainConfig:
         "methods from outside the package, each 'module:Class' or an entry point of "
         "roleagent.methods (a roleagent.trainer.methods.Method subclass); built-in methods are switched "
         "on by their section's 'enabled'",
+    )
+    engine_settings: dict = setting(
+        {},
+        "settings of a plug-in engine (model.engine=module:Class or an entry point), checked against its "
+        "config_class; the built-in OpenAI-compatible client reads the 'server' section",
     )
     method_settings: dict = setting(
         {},

@@ -37,11 +37,11 @@ FIELD_RULES: dict[str, Rule] = {
     "model.device": DEVICE,
     "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),
     "model.lora_rank": count(0),
-    "model.server.base_url": ((lambda v: re.match(r"https?://", v) is not None), "an http:// or https:// URL"),
-    "model.server.mode": one_of("auto", "tokens", "text"),
-    "model.server.timeout_s": above(0),
-    "model.server.retries": within(0, 10),
-    "model.server.concurrency": count(1),
+    "server.base_url": ((lambda v: re.match(r"https?://", v) is not None), "an http:// or https:// URL"),
+    "server.mode": one_of("auto", "tokens", "text"),
+    "server.timeout_s": above(0),
+    "server.retries": within(0, 10),
+    "server.concurrency": count(1),
     "model.lora_alpha": above(0),
     "model.lora_target": (
         lambda v: (
@@ -199,8 +199,9 @@ FIELD_RULES: dict[str, Rule] = {
 }
 FIELD_RULES.update(ASL_RULES)
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
-FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings"}  # methods: roleagent.methods.check_methods
-FREE |= {"report_to", "model.server.model", "model.server.api_key_env"}  # report_to: metrics.check_report_to
+#: (methods, method_settings: trainer.methods.check_methods; engine_settings: engine.engine_settings)
+FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings", "engine_settings"}
+FREE |= {"report_to", "server.model", "server.api_key_env"}  # report_to: metrics.check_report_to
 
 
 def fields_of(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -372,12 +373,21 @@ def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
 
     >>> upgrade_legacy({"tensorboard": False, "report_to": ["jsonl", "tensorboard", "wandb"]})["report_to"]
     ['jsonl', 'wandb']
+    >>> upgrade_legacy({"model": {"name": "tiny", "server": {"mode": "text"}}})
+    {'model': {'name': 'tiny'}, 'server': {'mode': 'text'}}
     """
+    data = dict(data)
+    if isinstance(data.get("model"), dict) and "server" in data["model"]:
+        warnings.warn("`model.server` is now the top-level section `server`", FutureWarning, stacklevel=3)
+        model = dict(data["model"])
+        old = model.pop("server")
+        new = data.get("server")
+        data["model"] = model
+        data["server"] = {**old, **new} if isinstance(old, dict) and isinstance(new, dict) else (new or old)
     if "tensorboard" not in data:
         return data
     from roleagent.config import TrainConfig
 
-    data = dict(data)
     on = data.pop("tensorboard")
     warnings.warn("`tensorboard: BOOL` is now `report_to` (with 'tensorboard' or not)", FutureWarning, stacklevel=3)
     sinks = [s for s in data.get("report_to", TrainConfig().report_to) if s != "tensorboard"]

@@ -98,8 +98,8 @@ def test_cached_hub_id_loads_from_the_cache_while_offline(tmp_path):
 def test_unusable_server_is_one_line(tmp_path, capsys):
     server = [
         "model.engine=openai",
-        f"model.server.base_url=http://127.0.0.1:{_free_port()}/v1",
-        "model.server.retries=0",
+        f"server.base_url=http://127.0.0.1:{_free_port()}/v1",
+        "server.retries=0",
     ]
     code = cli.main(["eval", "--out", str(tmp_path / "eval"), *_sets([*SCRIPTED, *server])])
     assert code == 4
@@ -119,7 +119,7 @@ def test_openai_engine_loads_the_tokenizer_alone(tmp_path, monkeypatch, scripted
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
     handler, url = scripted
     handler.replies["/v1/chat/completions"] = (200, {"choices": [{"message": {"content": "look"}}]})
-    sets = ["model.engine=openai", f"model.server.base_url={url}", "model.server.mode=text", "iterations=0"]
+    sets = ["model.engine=openai", f"server.base_url={url}", "server.mode=text", "iterations=0"]
     cfg = load_config(None, [*SCRIPTED, *sets, "eval.max_tasks=2", f"run_dir={tmp_path / 'run'}"])
     trainer = Trainer(cfg, resume=True, quiet=True)
     try:
@@ -139,7 +139,7 @@ def test_eval_of_a_run_with_a_served_model_is_refused(tmp_path, capsys):
     from roleagent.run_config import recorded_config
 
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(recorded_config(cfg)))
-    server = ["model.engine=openai", "model.server.base_url=http://127.0.0.1:9/v1"]
+    server = ["model.engine=openai", "server.base_url=http://127.0.0.1:9/v1"]
     assert cli.main(["eval", "--run", str(tmp_path / "run"), *_sets(server)]) == 2
     _one_line(capsys.readouterr().err, "config error: model.engine=openai evaluates the server's own weights")
 

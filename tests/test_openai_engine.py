@@ -80,7 +80,7 @@ def scripted():
 
 def _engine(url, tokenizer=None, **server):
     cfg = ServerConfig(base_url=url, **{"retries": 0, "timeout_s": 5.0, **server})
-    return OpenAIEngine(SimpleNamespace(tokenizer=tokenizer or _Tok()), server=cfg, max_prompt_tokens=512)
+    return OpenAIEngine(SimpleNamespace(tokenizer=tokenizer or _Tok()), settings=cfg, max_prompt_tokens=512)
 
 
 def test_reply_formats():
@@ -168,10 +168,10 @@ def test_auto_falls_back_to_text_and_keeps_the_chat(scripted):
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (["model.server.mode=text", "iterations=1"], "text mode returns no token ids"),
-        (["model.server.mode=tokens", "iterations=1"], "cannot follow the optimizer"),
+        (["server.mode=text", "iterations=1"], "text mode returns no token ids"),
+        (["server.mode=tokens", "iterations=1"], "cannot follow the optimizer"),
         (["iterations=0", "rollout.constrain_actions=true", "rollout.action_format=action"], "constrain"),
-        (["iterations=0", "model.server.mode=fast"], "model.server.mode"),
+        (["iterations=0", "server.mode=fast"], "server.mode"),
     ],
 )
 def test_config_refuses_training_and_constraints(sets, message):
@@ -180,7 +180,7 @@ def test_config_refuses_training_and_constraints(sets, message):
 
 
 def test_config_accepts_evaluation():
-    validate(load_config(None, ["model.engine=openai", "iterations=0", "model.server.base_url=http://h:1/v1"]))
+    validate(load_config(None, ["model.engine=openai", "iterations=0", "server.base_url=http://h:1/v1"]))
 
 
 # ------------------------------------------------------------------ live servers ----
@@ -245,8 +245,8 @@ def test_transformers_serve_text_mode_matches_hf_greedy(policy):
         f"http://127.0.0.1:{port}/health",
     )
     try:
-        policy.server = ServerConfig(base_url=f"http://127.0.0.1:{port}/v1", timeout_s=120.0)
-        engine = create_engine("openai", policy)
+        server = ServerConfig(base_url=f"http://127.0.0.1:{port}/v1", timeout_s=120.0)
+        engine = create_engine("openai", policy, settings=server)
         hf = create_engine("hf", policy)
         chat = [{"role": "user", "content": "Name one colour."}]
         params = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -273,8 +273,8 @@ def test_llama_server_tokens_mode(policy):
         f"http://127.0.0.1:{port}/health",
     )
     try:
-        policy.server = ServerConfig(base_url=f"http://127.0.0.1:{port}/v1", mode="tokens")
-        engine = create_engine("openai", policy)
+        server = ServerConfig(base_url=f"http://127.0.0.1:{port}/v1", mode="tokens")
+        engine = create_engine("openai", policy, settings=server)
         prompt = engine.encode_chat([{"role": "user", "content": "Name one colour."}])
         [g] = engine.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0))
         body = {"model": engine.model, "prompt": prompt, "max_tokens": 6, "temperature": 0.0, "logprobs": 1}

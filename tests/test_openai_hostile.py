@@ -91,7 +91,7 @@ def hostile():
 
 def _engine(url, mode="tokens", **server):
     cfg = ServerConfig(base_url=url, mode=mode, **{"retries": 0, "timeout_s": 5.0, **server})
-    return OpenAIEngine(SimpleNamespace(tokenizer=_Tok()), server=cfg, max_prompt_tokens=512)
+    return OpenAIEngine(SimpleNamespace(tokenizer=_Tok()), settings=cfg, max_prompt_tokens=512)
 
 
 def _trickle(head: bool):

@@ -23,6 +23,7 @@ from roleagent.plugins import PluginError, is_reference, load_object, resolve, u
 from tests.run_helpers import run
 
 TMPMOD = '''
+    import dataclasses
     import os
     from pathlib import Path
 
@@ -63,6 +64,15 @@ TMPMOD = '''
     class FakeEngine:
         def __init__(self, policy, **kwargs):
             self.policy, self.kwargs = policy, kwargs
+
+
+    @dataclasses.dataclass
+    class BeamSettings:
+        beams: int = 2
+
+
+    class BeamEngine(FakeEngine):
+        config_class = BeamSettings
 '''
 
 
@@ -210,6 +220,40 @@ def test_create_engine_by_name_reference_and_entry_point(tmpmod, tiny_policy):
     assert type(create_engine("fake", tiny_policy)).__name__ == "FakeEngine"
     with pytest.raises(PluginError, match=r"unknown engine 'hff'; did you mean 'hf'\?"):
         create_engine("hff", tiny_policy)
+
+
+def test_a_plugin_engine_gets_its_own_settings(tmpmod, tiny_policy):
+    """``engine_settings`` is checked against the engine's ``config_class`` when a run
+    starts and handed to it as ``settings=``; the built-in client reads ``server``."""
+    from roleagent.engine import engine_settings
+    from roleagent.trainer.checks import prepare
+
+    base = ["env.name=scripted", "model.engine=tmpmod:BeamEngine"]
+    settings = engine_settings(load_config(None, [*base, "engine_settings={beams: 4}"]))
+    assert type(settings).__name__ == "BeamSettings" and settings.beams == 4
+    engine = create_engine("tmpmod:BeamEngine", tiny_policy, settings=settings, max_batch=3)
+    assert engine.kwargs == {"settings": settings, "max_batch": 3}
+    assert create_engine("tmpmod:BeamEngine", tiny_policy).kwargs["settings"].beams == 2  # the defaults
+    with pytest.raises(ConfigError, match="unknown config key 'engine_settings.beam'; did you mean 'engine_settings.beams'"):
+        prepare(load_config(None, [*base, "engine_settings={beam: 4}"]))
+    with pytest.raises(ConfigError, match="engine_settings.beams: expected int"):
+        prepare(load_config(None, [*base, "engine_settings={beams: many}"]))
+    with pytest.raises(ConfigError, match="model.engine=tmpmod:FakeEngine takes its settings from none"):
+        prepare(load_config(None, ["env.name=scripted", "model.engine=tmpmod:FakeEngine", "engine_settings={a: 1}"]))
+    with pytest.raises(ConfigError, match="takes no settings"):
+        create_engine("tmpmod:FakeEngine", tiny_policy, settings=object())
+    openai = ["env.name=scripted", "model.engine=openai", "iterations=0"]
+    assert engine_settings(load_config(None, [*openai, "server.mode=text"])).mode == "text"
+    with pytest.raises(ConfigError, match="model.engine=openai takes its settings from its 'server' section"):
+        prepare(load_config(None, [*openai, "engine_settings={mode: text}"]))
+
+
+def test_model_server_is_read_as_the_server_section():
+    """Recipes and run folders of older versions wrote ``model.server``."""
+    with pytest.warns(FutureWarning, match="`model.server` is now the top-level section `server`"):
+        cfg = load_config(None, ["model.server.mode=text", "server.retries=5"])
+    assert (cfg.server.mode, cfg.server.retries) == ("text", 5)
+    assert not hasattr(cfg.model, "server")
 
 
 # ------------------------------------------------------------- (f) plugins by hand ----

@@ -4,6 +4,12 @@ Engines are named in a registry; ``model.engine`` picks one (a short name, an en
 in the ``roleagent.engines`` group, or ``module:Class``)::
 
     engine = create_engine("hf", policy, max_batch=32, max_prompt_tokens=1024)
+
+An engine with settings declares them as a dataclass, ``config_class``, and receives them
+as ``settings=``. A built-in engine's settings are a typed section of the config, named by
+``config_section`` (the OpenAI-compatible client: ``server``); a plug-in engine's come from
+the ``engine_settings`` mapping, checked against its ``config_class`` as a plug-in method's
+are (:func:`engine_settings`).
 """
 
 from __future__ import annotations
@@ -11,21 +17,61 @@ from __future__ import annotations
 from typing import Any
 
 from roleagent.engine.base import Engine, Generation, SamplingParams
+from roleagent.fields import ConfigError, from_dict
 from roleagent.plugins import load_object, resolve
 
-#: Short name → ``module:Class``. The class is built as ``cls(policy, **kwargs)``.
+#: Short name → ``module:Class``. The class is built as ``cls(policy, **kwargs)``, plus
+#: ``settings=`` when it declares a ``config_class``.
 ENGINES: dict[str, str] = {"hf": "roleagent.engine.hf:HFEngine", "openai": "roleagent.engine.openai:OpenAIEngine"}
 
 
-def create_engine(name: str, policy: Any, **kwargs: Any) -> Engine:
-    """Build the engine ``name`` for ``policy``; unknown names raise ``PluginError``."""
-    return load_object(resolve("engines", name, ENGINES))(policy, **kwargs)
+def engine_class(name: str) -> type:
+    """The class ``name`` resolves to; unknown names raise ``PluginError``."""
+    return load_object(resolve("engines", name, ENGINES))
+
+
+def create_engine(name: str, policy: Any, *, settings: Any = None, **kwargs: Any) -> Engine:
+    """Build the engine ``name`` for ``policy``, with its ``settings`` if it declares a
+    ``config_class`` (``None``: that class's defaults)."""
+    cls = engine_class(name)
+    if getattr(cls, "config_class", None) is None:
+        if settings is not None:
+            raise ConfigError(f"engine {name!r} takes no settings")
+        return cls(policy, **kwargs)
+    return cls(policy, settings=settings if settings is not None else cls.config_class(), **kwargs)
+
+
+def engine_settings(cfg: Any) -> Any:
+    """The settings of the engine ``cfg.model.engine`` names: its typed section of the config
+    (``config_section``), or ``cfg.engine_settings`` checked against its ``config_class``
+    (unknown keys and wrong types are :class:`ConfigError`), or ``None`` for an engine
+    without settings."""
+    name = cfg.model.engine
+    cls = engine_class(name)
+    section = getattr(cls, "config_section", None)
+    if cfg.engine_settings and (section or getattr(cls, "config_class", None) is None):
+        where = f"its '{section}' section" if section else "none"
+        raise ConfigError(f"engine_settings: model.engine={name} takes its settings from {where}")
+    if section:
+        return getattr(cfg, section)
+    if getattr(cls, "config_class", None) is None:
+        return None
+    return from_dict(cls.config_class, cfg.engine_settings, "engine_settings")
 
 
 def loads_weights(name: str) -> bool:
     """Whether engine ``name`` runs the policy's weights here (an OpenAI-compatible client
     does not: the server has its own, and the client only tokenizes)."""
-    return getattr(load_object(resolve("engines", name, ENGINES)), "loads_weights", True)
+    return getattr(engine_class(name), "loads_weights", True)
 
 
-__all__ = ["ENGINES", "Engine", "Generation", "SamplingParams", "create_engine", "loads_weights"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "Generation",
+    "SamplingParams",
+    "create_engine",
+    "engine_class",
+    "engine_settings",
+    "loads_weights",
+]

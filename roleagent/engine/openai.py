@@ -1,7 +1,7 @@
 """Generation through any server that speaks the OpenAI API (vLLM, SGLang, llama.cpp, a
 hosted API), behind :class:`roleagent.engine.base.Engine`.
 
-Two modes (``model.server.mode``):
+Two modes (``server.mode``):
 
 - ``tokens``: ``POST /v1/completions`` with the token-id prompt (``prompt: [ids]``) and
   ``logprobs: 1``. ``Generation.ids`` / ``logprobs`` are what the server returned: the
@@ -103,11 +103,21 @@ class OpenAIEngine:
     the only part of the policy it uses (no weights are loaded for it: ``loads_weights``)."""
 
     loads_weights = False
+    config_class = ServerConfig
+    config_section = "server"  # the config's typed section holding these settings
 
-    def __init__(self, policy: Any, *, max_batch: int = 32, max_prompt_tokens: int = 1024, server=None, **_: Any):
-        server = server if server is not None else getattr(policy, "server", None) or ServerConfig()
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        settings: ServerConfig | None = None,
+        max_batch: int = 32,
+        max_prompt_tokens: int = 1024,
+        prefix_cache_tokens: int = 0,  # (the server keeps its own prefix cache)
+    ):
+        server = settings if settings is not None else ServerConfig()
         if server.mode not in MODES:
-            raise EngineError(f"model.server.mode={server.mode!r}: choose one of {', '.join(MODES)}")
+            raise EngineError(f"server.mode={server.mode!r}: choose one of {', '.join(MODES)}")
         self.server = server
         self.tokenizer = policy.tokenizer
         self._vocab = _vocab_size(policy.tokenizer)  # a token id at or past it is not this model's
@@ -154,7 +164,7 @@ class OpenAIEngine:
                 where = error_detail((headers.get("Location") or headers.get("location") or "?").encode())
                 raise EngineError(
                     f"{url}: HTTP {code} redirects to {where}; redirects are not followed (the API key would go "
-                    "along): set model.server.base_url to the address that answers"
+                    "along): set server.base_url to the address that answers"
                 )
             if code in (429, 500, 502, 503, 504):
                 error = f"HTTP {code}: {error_detail(reply)}"
@@ -165,13 +175,13 @@ class OpenAIEngine:
         raise EngineError(
             f"cannot use the OpenAI-compatible server at {self.server.base_url} ({self.server.retries + 1} tries): "
             f"{error}. Start one (e.g. `vllm serve MODEL --port 8000`, `llama-server -m MODEL.gguf --port 8000`) "
-            f"or set model.server.base_url"
+            f"or set server.base_url"
         )
 
     def _first_model(self) -> str:
         models = self._request("/models").get("data") or []
         if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
-            raise EngineError(f"{self.server.base_url}/models lists no model: set model.server.model")
+            raise EngineError(f"{self.server.base_url}/models lists no model: set server.model")
         return str(models[0]["id"])
 
     # --------------------------------------------------------------- prompts ---------
@@ -226,7 +236,7 @@ class OpenAIEngine:
             why = str(refused)
         except MissingTokens as missing:
             why = str(missing)
-        print(f"model.server.mode=auto: text only (evaluation only): {why}", file=sys.stderr)
+        print(f"server.mode=auto: text only (evaluation only): {why}", file=sys.stderr)
         return "text"
 
     def _sampling(self, params: SamplingParams, seed: int) -> dict:
@@ -360,7 +370,7 @@ def check_server_config(cfg) -> None:
     if cfg.iterations > 0:
         reason = (
             "text mode returns no token ids or log-probs to train on"
-            if cfg.model.server.mode == "text"
+            if cfg.server.mode == "text"
             else "the server's weights cannot follow the optimizer"
         )
         raise ConfigError(

@@ -60,7 +60,7 @@ def exchange(url: str, data: bytes | None, headers: dict, timeout: float, limit:
     ``limit`` bytes, ``OSError`` / ``http.client.HTTPException`` for a broken connection."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EngineError(f"{printable(url, lines=False)}: model.server.base_url must be an http:// or https:// URL")
+        raise EngineError(f"{printable(url, lines=False)}: server.base_url must be an http:// or https:// URL")
     target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
     proxy = _proxy(parts)
     https = parts.scheme == "https"
@@ -139,7 +139,7 @@ def json_reply(body: bytes, url: str) -> dict:
     except UnicodeDecodeError:
         raise EngineError(f"{url}: the reply is not UTF-8 text") from None
     except (ValueError, RecursionError):
-        raise EngineError(f"{url}: the reply is not JSON: is model.server.base_url an OpenAI API root?") from None
+        raise EngineError(f"{url}: the reply is not JSON: is server.base_url an OpenAI API root?") from None
     if not isinstance(reply, dict):
         raise EngineError(f"{url}: the reply is a JSON {type(reply).__name__}, not an object")
     return reply

@@ -96,7 +96,6 @@ class Policy:
     tokenizer: object
     name: str
     lora: bool = False
-    server: object = None  # model.server: where model.engine=openai finds the served model
 
     @property
     def device(self) -> torch.device:
@@ -284,7 +283,6 @@ def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora
         seed=seed,
         init_from=init_from,
     )
-    policy.server = getattr(m, "server", None)
     return policy
 
 
@@ -296,6 +294,4 @@ def engine_policy(model_cfg, *, seed: int, init_from: str | Path = "", lora: boo
 
     if loads_weights(getattr(model_cfg, "engine", "hf")):
         return policy_from_config(model_cfg, seed=seed, init_from=init_from, lora=lora)
-    policy = Policy(model=None, tokenizer=load_tokenizer(model_cfg.name), name=model_cfg.name)
-    policy.server = getattr(model_cfg, "server", None)
-    return policy
+    return Policy(model=None, tokenizer=load_tokenizer(model_cfg.name), name=model_cfg.name)

@@ -14,7 +14,7 @@ def load_engine(cfg, *, lora: bool = False):
     ``lora``: fresh adapters to train (then the engine must run weights here)."""
     import torch
 
-    from roleagent.engine import create_engine
+    from roleagent.engine import create_engine, engine_settings
     from roleagent.models.loading import engine_policy
 
     if cfg.threads > 0:
@@ -22,7 +22,10 @@ def load_engine(cfg, *, lora: bool = False):
     policy = engine_policy(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
     if lora and policy.model is None:
         raise ConfigError(f"model.engine={cfg.model.engine} runs no weights here: sft needs model.engine=hf")
-    return policy, create_engine(cfg.model.engine, policy, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+    engine = create_engine(
+        cfg.model.engine, policy, settings=engine_settings(cfg), max_prompt_tokens=cfg.rollout.max_prompt_tokens
+    )
+    return policy, engine
 
 
 def role_parser(prog: str, usage: str) -> argparse.ArgumentParser:

@@ -14,8 +14,8 @@ imports no component:
 What :func:`prepare` checks, in order:
 
 - the fields again (a config built or edited in code passes through the same rules);
-- the metric sinks (``report_to``), the device, the engine (and an OpenAI-compatible
-  engine's server settings), the advantage estimator and the critic it may need, FSDP;
+- the metric sinks (``report_to``), the device, the engine and its settings (the
+  ``server`` section, or ``engine_settings`` against a plug-in engine's ``config_class``), the advantage estimator and the critic it may need, FSDP;
 - the enabled methods: names resolve and are unique, plug-in settings match their
   ``config_class``, each method's ``Method.check_config``;
 - a group size of at least 2 when every method trains on advantages;
@@ -34,7 +34,7 @@ from __future__ import annotations
 from roleagent.config import TrainConfig, validate
 from roleagent.config_rules import check_fsdp
 from roleagent.critic_config import check_critic
-from roleagent.engine import ENGINES
+from roleagent.engine import ENGINES, engine_settings
 from roleagent.engine.openai import check_server_config
 from roleagent.fields import ConfigError
 from roleagent.models.hub import check_device
@@ -73,6 +73,7 @@ def check_components(cfg: TrainConfig) -> None:
         resolve("engines", cfg.model.engine, ENGINES)
     except PluginError as error:
         raise ConfigError(f"model.engine: {error}") from None
+    engine_settings(cfg)  # a plug-in engine's settings against its config_class
     check_server_config(cfg)
     check_critic(cfg, estimator_uses_critic=check_estimator(cfg.algo.name))
     check_fsdp(cfg)

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from roleagent.config import ConfigError, TrainConfig
 from roleagent.dynamic_sampling import collect_rounds
-from roleagent.engine import SamplingParams, create_engine
+from roleagent.engine import SamplingParams, create_engine, engine_settings
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
 from roleagent.models.hub import check_hub_model
@@ -105,7 +105,12 @@ class Trainer:
             self.policy.model.gradient_checkpointing_enable()
         reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
         self.engine = create_engine(
-            m.engine, self.policy, max_batch=r.max_batch, max_prompt_tokens=r.max_prompt_tokens, **reuse
+            m.engine,
+            self.policy,
+            settings=engine_settings(cfg),
+            max_batch=r.max_batch,
+            max_prompt_tokens=r.max_prompt_tokens,
+            **reuse,
         )
         self.engine.seed(cfg.seed)
         wave = max([r.tasks_per_iter * r.group_size] + [m.episodes_at_once(cfg) for m in method_classes(cfg)])
