@@ -24,7 +24,7 @@ import errno
 import sys
 from pathlib import Path
 
-from roleagent.config import ConfigError, load_config
+from roleagent.config import ConfigError, TrainConfig, load_config
 from roleagent.config_rules import explain
 from roleagent.fields import MAX_EPISODES
 from roleagent.sft.role_cli import load_engine
@@ -33,7 +33,7 @@ from roleagent.terminal import one_line
 
 def _train(args: argparse.Namespace) -> int:
     if args.explain:
-        print("\n".join(explain()))
+        print("\n".join(explain(TrainConfig)))
         return 0
     from roleagent.trainer import Trainer
     from roleagent.trainer.checks import prepare
@@ -183,8 +183,7 @@ def _expert_data(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from roleagent.sft.data import read_examples
-    from roleagent.sft.sources import format_eos
+    from roleagent.sft.sources import format_eos, read_examples
     from roleagent.trainer.run_lock import RunDirLock
 
     if not args.data and not args.expert:
@@ -200,8 +199,9 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int:
-    from roleagent.sft.data import encode_example, read_examples, write_examples
+    from roleagent.sft.data import encode_example, write_examples
     from roleagent.sft.expert import play_expert
+    from roleagent.sft.sources import read_examples
     from roleagent.sft.train import train_sft
 
     policy, engine = load_engine(cfg, lora=True)

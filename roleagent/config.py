@@ -20,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from roleagent.config_rules import check_env, check_fields, check_model_name, check_rollout
 from roleagent.critic_config import CriticConfig
 from roleagent.dynamic_sampling import DynamicSamplingConfig, check_dynamic_sampling
 from roleagent.engine.openai import ServerConfig
@@ -232,6 +234,11 @@ class TrainConfig:
         "roleagent.methods (a roleagent.trainer.methods.Method subclass); built-in methods are switched "
         "on by their section's 'enabled'",
     )
+    algo_settings: dict = setting(
+        {},
+        "settings of a plug-in estimator (algo.name=module:function or an entry point), checked against its "
+        "config_class and passed as its third argument; the built-in estimators read the 'algo' section",
+    )
     engine_settings: dict = setting(
         {},
         "settings of a plug-in engine (model.engine=module:Class or an entry point), checked against its "
@@ -281,8 +288,6 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     """The recipe at ``path`` (a file or a shipped recipe's name; ``None``: the defaults)
     with ``overrides`` applied, its fields checked (:func:`validate`). The components the
     fields name are checked when a run starts (:func:`roleagent.trainer.checks.prepare`)."""
-    from roleagent.config_rules import upgrade_legacy
-
     data = read_recipe(path) if path is not None else {}
     data = upgrade_legacy(apply_overrides(data, list(overrides or [])))
     cfg = from_dict(TrainConfig, data)
@@ -341,8 +346,6 @@ def validate(cfg: TrainConfig) -> None:
     the environment, then the cross-field rules that read the config alone. Never changes
     ``cfg``; raises a one-line :class:`ConfigError` naming the key. The components and
     methods are checked by :func:`roleagent.trainer.checks.prepare`, which calls this first."""
-    from roleagent.config_rules import check_env, check_fields, check_model_name, check_rollout
-
     check_fields(cfg)
     check_model_name(cfg.model.name)
     check_warm_start(cfg)
@@ -358,3 +361,28 @@ def validate(cfg: TrainConfig) -> None:
     check_dynamic_sampling(cfg)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")
+
+
+def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
+    """An older roleagent's config in today's keys (a copy, with a FutureWarning):
+
+    >>> upgrade_legacy({"tensorboard": False, "report_to": ["jsonl", "tensorboard", "wandb"]})["report_to"]
+    ['jsonl', 'wandb']
+    >>> upgrade_legacy({"model": {"name": "tiny", "server": {"mode": "text"}}})
+    {'model': {'name': 'tiny'}, 'server': {'mode': 'text'}}
+    """
+    data = dict(data)
+    if isinstance(data.get("model"), dict) and "server" in data["model"]:
+        warnings.warn("`model.server` is now the top-level section `server`", FutureWarning, stacklevel=3)
+        model = dict(data["model"])
+        old = model.pop("server")
+        new = data.get("server")
+        data["model"] = model
+        data["server"] = {**old, **new} if isinstance(old, dict) and isinstance(new, dict) else (new or old)
+    if "tensorboard" not in data:
+        return data
+    on = data.pop("tensorboard")
+    warnings.warn("`tensorboard: BOOL` is now `report_to` (with 'tensorboard' or not)", FutureWarning, stacklevel=3)
+    sinks = [s for s in data.get("report_to", TrainConfig().report_to) if s != "tensorboard"]
+    data["report_to"] = [*sinks, "tensorboard"] if on else sinks
+    return data

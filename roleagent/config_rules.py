@@ -15,7 +15,6 @@ import inspect
 import math
 import re
 import typing
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,8 +198,9 @@ FIELD_RULES: dict[str, Rule] = {
 }
 FIELD_RULES.update(ASL_RULES)
 #: Fields whose type check is the whole check (free-form mappings, checked elsewhere).
-#: (methods, method_settings: trainer.methods.check_methods; engine_settings: engine.engine_settings)
-FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings", "engine_settings"}
+#: (methods, method_settings: trainer.methods.check_methods; engine_settings: engine.engine_settings;
+#: algo_settings: trainer.advantages.estimator_settings)
+FREE = {"env.kwargs", "seal.utilities", "methods", "method_settings", "engine_settings", "algo_settings"}
 FREE |= {"report_to", "server.model", "server.api_key_env"}  # report_to: metrics.check_report_to
 
 
@@ -302,13 +302,9 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"model.name={name!r}: not in the local HF cache and HF_HUB_OFFLINE is set")
 
 
-def explain(cls: type | None = None, prefix: str = "") -> list[str]:
-    """``key = default: help (must be ...)`` lines for every field of ``cls`` (default: the
-    whole ``TrainConfig``), recursively."""
-    if cls is None:
-        from roleagent.config import TrainConfig
-
-        cls = TrainConfig
+def explain(cls: type, prefix: str = "") -> list[str]:
+    """``key = default: help (must be ...)`` lines for every field of the config section
+    ``cls`` (``TrainConfig``: the whole config), recursively."""
     lines = []
     for f in dataclasses.fields(cls):
         key = prefix + f.name
@@ -366,30 +362,3 @@ def fsdp_can_gather() -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return hasattr(FSDPModule, "set_reshard_after_forward")
-
-
-def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
-    """An older roleagent's config in today's keys (a copy, with a FutureWarning):
-
-    >>> upgrade_legacy({"tensorboard": False, "report_to": ["jsonl", "tensorboard", "wandb"]})["report_to"]
-    ['jsonl', 'wandb']
-    >>> upgrade_legacy({"model": {"name": "tiny", "server": {"mode": "text"}}})
-    {'model': {'name': 'tiny'}, 'server': {'mode': 'text'}}
-    """
-    data = dict(data)
-    if isinstance(data.get("model"), dict) and "server" in data["model"]:
-        warnings.warn("`model.server` is now the top-level section `server`", FutureWarning, stacklevel=3)
-        model = dict(data["model"])
-        old = model.pop("server")
-        new = data.get("server")
-        data["model"] = model
-        data["server"] = {**old, **new} if isinstance(old, dict) and isinstance(new, dict) else (new or old)
-    if "tensorboard" not in data:
-        return data
-    from roleagent.config import TrainConfig
-
-    on = data.pop("tensorboard")
-    warnings.warn("`tensorboard: BOOL` is now `report_to` (with 'tensorboard' or not)", FutureWarning, stacklevel=3)
-    sinks = [s for s in data.get("report_to", TrainConfig().report_to) if s != "tensorboard"]
-    data["report_to"] = [*sinks, "tensorboard"] if on else sinks
-    return data

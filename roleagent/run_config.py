@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from roleagent.config import TrainConfig, apply_overrides, from_dict, read_recipe, to_dict
+from roleagent.config import TrainConfig, apply_overrides, from_dict, read_recipe, to_dict, upgrade_legacy
 from roleagent.fields import ConfigError
 
 #: Config keys holding file or folder paths (``model.name`` too, when it is a local folder).
@@ -82,8 +82,6 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = (), *, check: bo
     """The config ``run_dir`` recorded, with ``run_dir`` as its run folder, its stored paths
     resolved (:func:`resolve_recorded`) and ``overrides`` applied; validated unless
     ``check`` is false (an export needs no environment)."""
-    from roleagent.config_rules import upgrade_legacy
-
     path = Path(run_dir) / "config.yaml"
     if Path(run_dir).exists() and not Path(run_dir).is_dir():
         raise ConfigError(f"{run_dir} is a file, not a run directory")

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from run_helpers import checked_config
 
-from roleagent.config import ConfigError, apply_overrides, load_config
-from roleagent.config_rules import explain, upgrade_legacy
+from roleagent.config import ConfigError, TrainConfig, apply_overrides, load_config, upgrade_legacy
+from roleagent.config_rules import explain
 
 RECIPES = sorted((Path(__file__).parents[1] / "roleagent" / "recipes").glob("*.yaml"))
 
@@ -86,7 +86,7 @@ def test_malformed_yaml_is_a_config_error(tmp_path):
 
 
 def test_explain_covers_nested_fields():
-    lines = explain()
+    lines = explain(TrainConfig)
     assert any(line.startswith("optim.clip_high = 0.28:") for line in lines)
     assert any(line.startswith("wia.horizon_fraction = 0.05:") for line in lines)
 
@@ -98,11 +98,11 @@ def test_explain_lists_every_agent_in_world_and_seal_knob():
 
     from roleagent.config import AIWConfig, SEALConfig
 
-    keys = {line.split(" = ")[0] for line in explain()}
+    keys = {line.split(" = ")[0] for line in explain(TrainConfig)}
     for prefix, cls in (("aiw", AIWConfig), ("seal", SEALConfig)):
         for f in dataclasses.fields(cls):
             assert f"{prefix}.{f.name}" in keys
-    assert any(line.startswith("aiw.decay = 0.9:") and "must be in [0, 1]" in line for line in explain())
+    assert any(line.startswith("aiw.decay = 0.9:") and "must be in [0, 1]" in line for line in explain(TrainConfig))
     assert "model.engine" in keys and "methods" in keys and "aiw.options" not in keys
     assert load_config(None, ["aiw.decay=0.5", "aiw.retrieval_max_new_tokens=32"]).aiw.decay == 0.5
     with pytest.raises(ConfigError, match="aiw.top_k=0"):

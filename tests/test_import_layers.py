@@ -45,12 +45,6 @@ METHOD_NAMES_ALLOWED: dict[tuple[str, str], str] = {
 #: (importer, imported) → why this import may close a cycle. Each points up a floor; the
 #: rest of the graph is acyclic.
 CYCLE_EDGES_ALLOWED: dict[tuple[str, str], str] = {
-    ("roleagent.sft.data", "roleagent.sft.sources"): "read_examples, the entry point 11 modules import from "
-    "sft.data, reads through the format readers, which build on data's checks (mend: move it into sources)",
-    ("roleagent.config_rules", "roleagent.config"): "split from config.py for the line cap; reads TrainConfig "
-    "at call time",
-    ("roleagent.trainer.loop", "roleagent.sft.warm_start"): "the warm start lives in roleagent.sft, which "
-    "imports the trainer's parts (issue 25: move it into trainer/)",
     ("roleagent.trainer", "roleagent.trainer.loop"): "Trainer imported on first use (module __getattr__)",
     ("roleagent.trainer.checkpoint", "roleagent.trainer.fsdp"): "a sharded policy is gathered through fsdp, "
     "which builds on distributed's DataParallel, whose Trainer subclass imports checkpoint",

@@ -65,6 +65,20 @@ def doubled_grpo(batch, cfg):
     from roleagent.trainer.advantages import grpo
 
     return 2.0 * grpo(batch, cfg).value
+
+
+@dataclass
+class ScaleSettings:
+    factor: float = setting(2.0, "multiplies GRPO's advantage")
+
+
+def scaled_grpo(batch, cfg, settings):
+    from roleagent.trainer.advantages import grpo
+
+    return settings.factor * grpo(batch, cfg).value
+
+
+scaled_grpo.config_class = ScaleSettings
 '''
 
 
@@ -155,6 +169,26 @@ def test_external_estimator_by_name(external):
     np.testing.assert_allclose(doubled.value, 2 * plain)
     np.testing.assert_allclose(plain, [0.7071, 0.7071, -0.7071, -0.7071], atol=1e-4)
     load_config(None, TINY + ["algo.name=ext_method_mod:doubled_grpo", "wia.enabled=false"])  # validates
+
+
+def test_an_external_estimator_gets_its_own_settings(external):
+    """``algo_settings`` is checked against the estimator's ``config_class`` when a run
+    starts and passed as its third argument; the defaults when none is given."""
+    from roleagent.trainer.advantages import estimator_settings
+
+    batch = StepBatch.from_trajectories(
+        [make_trajectory("a", [0, 1], ["x", "y"]), make_trajectory("a", [0, 0], ["x", "z"])]
+    )
+    plain = compute_advantages(batch, AlgoConfig(name="grpo")).value
+    base = TINY + ["algo.name=ext_method_mod:scaled_grpo", "wia.enabled=false"]
+    cfg = checked_config(None, [*base, "algo_settings={factor: 3}"])
+    settings = estimator_settings(cfg)
+    np.testing.assert_allclose(compute_advantages(batch, cfg.algo, settings).value, 3 * plain)
+    np.testing.assert_allclose(compute_advantages(batch, cfg.algo).value, 2 * plain)  # ScaleSettings()
+    with pytest.raises(ConfigError, match="unknown config key 'algo_settings.factr'; did you mean"):
+        checked_config(None, [*base, "algo_settings={factr: 3}"])
+    with pytest.raises(ConfigError, match="algo_settings: algo.name=grpo takes none .its settings are the 'algo'"):
+        checked_config(None, TINY + ["algo.name=grpo", "wia.enabled=false", "algo_settings={factor: 3}"])
 
 
 def test_gigpo_parts_add_up_and_name_the_state_groups():

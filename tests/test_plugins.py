@@ -234,7 +234,9 @@ def test_a_plugin_engine_gets_its_own_settings(tmpmod, tiny_policy):
     engine = create_engine("tmpmod:BeamEngine", tiny_policy, settings=settings, max_batch=3)
     assert engine.kwargs == {"settings": settings, "max_batch": 3}
     assert create_engine("tmpmod:BeamEngine", tiny_policy).kwargs["settings"].beams == 2  # the defaults
-    with pytest.raises(ConfigError, match="unknown config key 'engine_settings.beam'; did you mean 'engine_settings.beams'"):
+    with pytest.raises(
+        ConfigError, match="unknown config key 'engine_settings.beam'; did you mean 'engine_settings.beams'"
+    ):
         prepare(load_config(None, [*base, "engine_settings={beam: 4}"]))
     with pytest.raises(ConfigError, match="engine_settings.beams: expected int"):
         prepare(load_config(None, [*base, "engine_settings={beams: many}"]))

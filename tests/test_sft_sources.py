@@ -15,7 +15,8 @@ from roleagent.cli import main
 from roleagent.config import ConfigError, load_config
 from roleagent.engine.hf import HFEngine
 from roleagent.models.loading import load_policy
-from roleagent.sft.data import SFTDataError, encode_example, read_examples, write_examples
+from roleagent.sft.data import SFTDataError, encode_example, write_examples
+from roleagent.sft.sources import read_examples
 from tests.test_sft import conversation
 
 INSTRUCTION = "Interact with a household to solve a task. Answer with Thought: and Action: lines."

@@ -295,8 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
 
     from roleagent.config import load_config
-    from roleagent.sft.data import read_examples
     from roleagent.sft.role_cli import load_engine, role_parser
+    from roleagent.sft.sources import read_examples
     from roleagent.trainer.checks import prepare
 
     parser = role_parser("python -m roleagent.sft.analyst", USAGE)

@@ -43,8 +43,9 @@ from roleagent.sft.asl_roles import (
     verifier_competence,
     verifier_examples,
 )
-from roleagent.sft.data import ChatExample, read_examples, write_examples
+from roleagent.sft.data import ChatExample, write_examples
 from roleagent.sft.expert import expert_tasks
+from roleagent.sft.sources import read_examples
 from roleagent.types import Task
 
 ROLES = ("generator", "verifier")

@@ -161,20 +161,6 @@ def check_example(data: Any, where: str = "example") -> ChatExample:
     return ChatExample(out, prefix, dict(meta), eos)
 
 
-def read_examples(path: str | Path, *, eos: bool = False) -> list[ChatExample]:
-    """Every example of ``path``: JSONL (blank lines allowed), a ``.json`` list, or a
-    ``datasets`` dataset, each record roleagent's format or AgentTraj's, whose turns end
-    with the end-of-turn token when ``eos`` (``roleagent.sft.sources``); the first malformed
-    record raises :class:`SFTDataError` naming ``path:line`` (or ``path[index]``)."""
-    from roleagent.sft.sources import read_records, record_example  # (it imports this module)
-
-    path = Path(path)
-    examples = [record_example(record, where, eos=eos) for where, record in read_records(path)]
-    if not examples:
-        raise SFTDataError(f"{path}: no examples")
-    return examples
-
-
 def write_examples(path: str | Path, examples: Iterable[ChatExample]) -> int:
     """Write JSONL atomically (a temporary file renamed into place); returns the count."""
     path = Path(path)

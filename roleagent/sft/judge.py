@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "data":
         print(json.dumps(_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid, valid_skip=args.valid_skip)))
         return 0
-    from roleagent.sft.data import read_examples
+    from roleagent.sft.sources import read_examples
 
     examples = read_examples(args.examples)[: args.limit or None]
     a = cfg.agent_r

@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
-from roleagent.sft.data import SFTDataError, encode_example, read_examples
+from roleagent.sft.data import SFTDataError, encode_example
 from roleagent.sft.judge import judge_competence, summary, write_judge_data
+from roleagent.sft.sources import read_examples
 from roleagent.sft.train import final_dir, is_finished, train_sft
 
 TRAIN, VALID, EVALS = "judge.jsonl", "judge_valid.jsonl", "judge_evals.json"

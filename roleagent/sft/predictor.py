@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         counts = write_data(cfg, engine, args.out, tasks=args.tasks, valid=args.valid)
         print(json.dumps(counts))
         return 0
-    from roleagent.sft.data import read_examples
+    from roleagent.sft.sources import read_examples
 
     examples = read_examples(args.examples)[: args.limit or None]
     result = predictor_competence(engine, examples, max_new_tokens=cfg.wia.max_new_tokens)

@@ -1,6 +1,6 @@
-"""SFT data besides roleagent's own JSONL: AgentGym's AgentTraj records and Hugging Face
-``datasets`` datasets, read as :class:`roleagent.sft.data.ChatExample` by
-:func:`roleagent.sft.data.read_examples` (so by ``roleagent sft --data``, ``sft.data`` and
+"""Reading SFT data: roleagent's own JSONL, AgentGym's AgentTraj records and Hugging Face
+``datasets`` datasets, each read as :class:`roleagent.sft.data.ChatExample` by
+:func:`read_examples` (so by ``roleagent sft --data``, ``sft.data`` and
 ``agent_r.general_data``).
 
 Where the records come from (:func:`read_records`):
@@ -42,6 +42,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from roleagent.sft.data import ChatExample, SFTDataError, check_example
+
 #: AgentTraj's speakers → chat roles.
 SPEAKERS = {"human": "user", "gpt": "assistant", "system": "system"}
 #: Files read with the ``datasets`` package, by suffix.
@@ -60,7 +62,6 @@ def format_eos(cfg) -> bool:
 def record_example(record: Any, where: str, *, eos: bool = False):
     """The :class:`~roleagent.sft.data.ChatExample` of one record (module docstring);
     :class:`~roleagent.sft.data.SFTDataError` naming ``where`` when it is neither format."""
-    from roleagent.sft.data import SFTDataError, check_example
 
     if isinstance(record, dict) and "conversations" in record and "messages" not in record:
         return agenttraj_example(record, where, eos=eos)
@@ -72,7 +73,6 @@ def record_example(record: Any, where: str, *, eos: bool = False):
 
 def agenttraj_example(record: dict[str, Any], where: str, *, eos: bool = False):
     """An AgentTraj record as a checked chat example (module docstring)."""
-    from roleagent.sft.data import SFTDataError, check_example
 
     turns = record["conversations"]
     if not isinstance(turns, list) or not turns:
@@ -102,7 +102,6 @@ def agenttraj_example(record: dict[str, Any], where: str, *, eos: bool = False):
 def read_records(path: Path) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for each record of ``path`` (module docstring); ``where`` is
     ``path:line`` or ``path[index]``."""
-    from roleagent.sft.data import SFTDataError
 
     if path.is_dir() or path.suffix in DATASETS_SUFFIXES:
         yield from ((f"{path}[{i}]", _without_nulls(r)) for i, r in enumerate(_dataset(path)))
@@ -130,7 +129,6 @@ def read_records(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _dataset(path: Path):
     """The ``datasets`` dataset at ``path`` (module docstring), from local files only."""
-    from roleagent.sft.data import SFTDataError
 
     try:
         import datasets
@@ -161,3 +159,15 @@ def _without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_nulls(v) for v in value]
     return value
+
+
+def read_examples(path: str | Path, *, eos: bool = False) -> list[ChatExample]:
+    """Every example of ``path``: JSONL (blank lines allowed), a ``.json`` list, or a
+    ``datasets`` dataset, each record roleagent's format or AgentTraj's, whose turns end
+    with the end-of-turn token when ``eos`` (this module); the first malformed
+    record raises :class:`SFTDataError` naming ``path:line`` (or ``path[index]``)."""
+    path = Path(path)
+    examples = [record_example(record, where, eos=eos) for where, record in read_records(path)]
+    if not examples:
+        raise SFTDataError(f"{path}: no examples")
+    return examples

@@ -43,11 +43,11 @@ from roleagent.sft import analyst as analyst_sft
 from roleagent.sft.asl_warm_start import EVALS as ASL_EVALS
 from roleagent.sft.asl_warm_start import measure_asl_roles
 from roleagent.sft.asl_warm_start import train_examples as asl_train_examples
-from roleagent.sft.data import encode_example, read_examples, write_examples
+from roleagent.sft.data import encode_example, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
 from roleagent.sft.judge_stage import judge_warm_start, judge_weights
 from roleagent.sft.predictor import encode_predictor, predictor_competence, predictor_examples, summary
-from roleagent.sft.sources import format_eos
+from roleagent.sft.sources import format_eos, read_examples
 from roleagent.sft.train import final_dir, is_finished, train_sft
 
 PREDICTOR_TRAIN, PREDICTOR_VALID, PREDICTOR_EVALS = "predictor.jsonl", "predictor_valid.jsonl", "predictor_evals.json"

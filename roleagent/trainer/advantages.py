@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from roleagent import algos
 from roleagent.algos.gae import gae, whiten
 from roleagent.config import AlgoConfig
-from roleagent.fields import ConfigError
+from roleagent.fields import ConfigError, from_dict
 from roleagent.plugins import PluginError, load_object, resolve
 from roleagent.types import Trajectory
 
@@ -90,7 +91,8 @@ class Advantages:
     state_group: np.ndarray | None = None
 
 
-Estimator = Callable[[StepBatch, AlgoConfig], "Advantages | np.ndarray"]
+#: ``fn(batch, algo)``, or ``fn(batch, algo, settings)`` when ``fn.config_class`` is set
+Estimator = Callable[..., "Advantages | np.ndarray"]
 
 
 def estimator(name: str) -> Estimator:
@@ -110,11 +112,32 @@ def check_estimator(name: str) -> bool:
     return bool(getattr(fn, "uses_critic", False))
 
 
-def compute_advantages(batch: StepBatch, cfg: AlgoConfig) -> Advantages:
-    """One advantage per step sample for ``cfg.name``. Shape (n,)."""
+def estimator_settings(cfg: Any) -> Any:
+    """The settings of a plug-in estimator that declares a ``config_class``: ``cfg.algo_settings``
+    checked against it (unknown keys and wrong types are :class:`ConfigError`); ``None`` for
+    an estimator without one. The built-in estimators read the typed ``algo`` section."""
+    name = cfg.algo.name
+    config_class = getattr(estimator(name), "config_class", None)
+    if config_class is None:
+        if cfg.algo_settings:
+            where = "its settings are the 'algo' section" if name in ESTIMATORS else "it declares no config_class"
+            raise ConfigError(f"algo_settings: algo.name={name} takes none ({where})")
+        return None
+    return from_dict(config_class, cfg.algo_settings, "algo_settings")
+
+
+def compute_advantages(batch: StepBatch, cfg: AlgoConfig, settings: Any = None) -> Advantages:
+    """One advantage per step sample for ``cfg.name``. Shape (n,). An estimator that declares
+    a ``config_class`` is called with its ``settings`` too (``None``: that class's defaults;
+    :func:`estimator_settings` builds them from the config)."""
     if len(batch) == 0:
         return Advantages(np.zeros(0))
-    out = estimator(cfg.name)(batch, cfg)
+    fn = estimator(cfg.name)
+    config_class = getattr(fn, "config_class", None)
+    if config_class is None:
+        out = fn(batch, cfg)
+    else:
+        out = fn(batch, cfg, settings if settings is not None else config_class())
     out = out if isinstance(out, Advantages) else Advantages(np.asarray(out, dtype=np.float64))
     if out.value.shape != (len(batch),):
         raise ValueError(f"estimator {cfg.name!r} returned shape {out.value.shape}, expected ({len(batch)},)")

@@ -15,7 +15,9 @@ What :func:`prepare` checks, in order:
 
 - the fields again (a config built or edited in code passes through the same rules);
 - the metric sinks (``report_to``), the device, the engine and its settings (the
-  ``server`` section, or ``engine_settings`` against a plug-in engine's ``config_class``), the advantage estimator and the critic it may need, FSDP;
+  ``server`` section, or ``engine_settings`` against a plug-in engine's ``config_class``),
+  the advantage estimator (``algo_settings`` against a plug-in estimator's
+  ``config_class``) and the critic it may need, FSDP;
 - the enabled methods: names resolve and are unique, plug-in settings match their
   ``config_class``, each method's ``Method.check_config``;
 - a group size of at least 2 when every method trains on advantages;
@@ -39,7 +41,7 @@ from roleagent.engine.openai import check_server_config
 from roleagent.fields import ConfigError
 from roleagent.models.hub import check_device
 from roleagent.plugins import PluginError, resolve
-from roleagent.trainer.advantages import check_estimator
+from roleagent.trainer.advantages import check_estimator, estimator_settings
 from roleagent.trainer.methods import check_methods, method_classes
 from roleagent.trainer.metrics import check_report_to
 
@@ -76,4 +78,5 @@ def check_components(cfg: TrainConfig) -> None:
     engine_settings(cfg)  # a plug-in engine's settings against its config_class
     check_server_config(cfg)
     check_critic(cfg, estimator_uses_critic=check_estimator(cfg.algo.name))
+    estimator_settings(cfg)  # a plug-in estimator's settings against its config_class
     check_fsdp(cfg)

@@ -46,7 +46,8 @@ from roleagent.models.hub import check_hub_model
 from roleagent.models.loading import engine_policy
 from roleagent.rollout import rollout_settings
 from roleagent.run_config import portable, recorded_config, same_init
-from roleagent.trainer.advantages import StepBatch, compute_advantages, write_records
+from roleagent.sft.warm_start import warm_start_weights
+from roleagent.trainer.advantages import StepBatch, compute_advantages, estimator_settings, write_records
 from roleagent.trainer.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
@@ -96,22 +97,14 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 
-        from roleagent.sft.warm_start import warm_start_weights  # (roleagent.sft imports the trainer's parts)
-
         m, r = cfg.model, cfg.rollout
         self.init_from = warm_start_weights(cfg) or m.init_from  # the weights under the adapters
         self.policy = engine_policy(m, seed=cfg.seed, init_from=self.init_from)  # model None: a served model
         if m.gradient_checkpointing and self.policy.model is not None:
             self.policy.model.gradient_checkpointing_enable()
+        limits = {"max_batch": r.max_batch, "max_prompt_tokens": r.max_prompt_tokens}
         reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
-        self.engine = create_engine(
-            m.engine,
-            self.policy,
-            settings=engine_settings(cfg),
-            max_batch=r.max_batch,
-            max_prompt_tokens=r.max_prompt_tokens,
-            **reuse,
-        )
+        self.engine = create_engine(m.engine, self.policy, settings=engine_settings(cfg), **limits, **reuse)
         self.engine.seed(cfg.seed)
         wave = max([r.tasks_per_iter * r.group_size] + [m.episodes_at_once(cfg) for m in method_classes(cfg)])
         slots = -(-wave // self.world_size)  # this rank's share of the episodes played at once
@@ -272,7 +265,7 @@ class Trainer:
         t0 = time.perf_counter()
         it.batch = StepBatch.from_trajectories(trained)
         it.batch.values = self.critic.values(it.batch)
-        it.estimate = compute_advantages(it.batch, cfg.algo)
+        it.estimate = compute_advantages(it.batch, cfg.algo, estimator_settings(cfg))
         for method in self.methods:
             it.estimate.value = method.adjust_advantages(it.batch, it.estimate.value)
         write_records(it.batch, it.estimate)

@@ -33,8 +33,8 @@ from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.agent_r.judge import judge_counts
 from roleagent.methods.agent_r.mcts import MCTSSettings, save_trees, search_trees
 from roleagent.sft.config import SFTConfig
-from roleagent.sft.data import SFTDataError, encode_example, read_examples, write_examples
-from roleagent.sft.sources import format_eos
+from roleagent.sft.data import SFTDataError, encode_example, write_examples
+from roleagent.sft.sources import format_eos, read_examples
 from roleagent.sft.train import sft_epoch, sft_optimizer
 from roleagent.trainer.methods import Method
 from roleagent.trainer.metrics import peak_rss_mb
