@@ -21,9 +21,9 @@ from roleagent.sft.data import (
     EncodedExample,
     SFTDataError,
     encode_example,
-    read_examples,
     write_examples,
 )
+from roleagent.sft.sources import read_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "<action>"

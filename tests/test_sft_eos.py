@@ -22,10 +22,10 @@ from roleagent.sft.data import (
     SFTDataError,
     check_example,
     encode_example,
-    read_examples,
     write_examples,
 )
 from roleagent.sft.expert import expert_examples, expert_trajectories
+from roleagent.sft.sources import read_examples
 
 
 @pytest.fixture(scope="module")
