@@ -157,14 +157,15 @@ def training_rates(run_dir: Path, games: list[str]) -> dict[int, list[tuple[int,
 
 
 def pooled_training(run_dirs: list[Path], first: int, last: int) -> str:
-    """Per-game training success of several curve runs (each on its own games) pooled into
-    one paired test: iteration 0 (the warm start's own samples) against iterations
-    ``first``..``last`` together, every game of every run one pair
-    (``roleagent.stats.paired_rate_test``). Runs of the same protocol on disjoint games are
-    independent, so their games pool as if one run had played them all."""
+    """Per-game training success of several curve runs pooled into one paired test:
+    iteration 0 (the warm start's own samples) against iterations ``first``..``last``
+    together, every game one pair (``roleagent.stats.paired_rate_test``). Runs of the same
+    protocol on disjoint games are independent, so their games pool as if one run had
+    played them all; runs on the same games (other seeds) add their episodes to those
+    games' counts, so a game is still one pair, and the test's unit stays the game."""
     import yaml
 
-    rows, before, after = [], [], []
+    games_seen: dict[str, list] = {}  # game -> [runs, k0, n0, k, n]
     for run_dir in run_dirs:
         games = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["train_tasks"]
         rates = training_rates(run_dir, games)
@@ -172,17 +173,22 @@ def pooled_training(run_dirs: list[Path], first: int, last: int) -> str:
         if missing:
             raise SystemExit(f"{run_dir}: no training rollouts for iterations {missing}")
         for g, game in enumerate(games):
-            k0, n0 = rates[0][g]
-            k, n = (sum(rates[i][g][j] for i in range(first, last + 1)) for j in (0, 1))
-            before.append((k0, n0))
-            after.append((k, n))
-            rows.append(
-                f"| {run_dir.name} | {game.rsplit('/', 2)[-2]} {game.rsplit('/', 1)[-1]} | {k0}/{n0} | {k}/{n} |"
-            )
+            row = games_seen.setdefault(game, [[], 0, 0, 0, 0])
+            row[0].append(run_dir.name)
+            row[1:3] = row[1] + rates[0][g][0], row[2] + rates[0][g][1]
+            row[3] += sum(rates[i][g][0] for i in range(first, last + 1))
+            row[4] += sum(rates[i][g][1] for i in range(first, last + 1))
+    rows, before, after = [], [], []
+    for game, (runs, k0, n0, k, n) in games_seen.items():
+        before.append((k0, n0))
+        after.append((k, n))
+        rows.append(
+            f"| {', '.join(runs)} | {game.rsplit('/', 2)[-2]} {game.rsplit('/', 1)[-1]} | {k0}/{n0} | {k}/{n} |"
+        )
     pooled = (sum(k for k, _ in before), sum(n for _, n in before), sum(k for k, _ in after), sum(n for _, n in after))
     return "\n".join(
         [
-            f"| run | game | iteration 0 | iterations {first}-{last} |",
+            f"| runs | game | iteration 0 | iterations {first}-{last} |",
             "|---|---|---|---|",
             *rows,
             "",

@@ -43,6 +43,19 @@ def test_pooled_training_pairs_every_game_of_every_run(tmp_path):
     )
 
 
+def test_a_second_seed_on_the_same_games_adds_to_their_counts(tmp_path):
+    """Two seeds on the same three games: each game is one pair, with both runs' episodes."""
+    games = ["g/a/1", "g/a/2", "g/a/3"]
+    a = fake_run(tmp_path / "a", games, {0: [0, 1, 2], 1: [0, 0, 0], 2: [2, 2, 3], 3: [1, 3, 4]})
+    b = fake_run(tmp_path / "b", games, {0: [1, 0, 0], 1: [4, 4, 4], 2: [3, 1, 1], 3: [4, 2, 2]})
+    text = bench_rl_curve.pooled_training([a, b], 2, 3)
+    assert "| a, b | a 1 | 1/8 | 10/16 |" in text and "| a, b | a 3 | 2/8 | 10/16 |" in text
+    assert text.count("\n| a, b |") == 3  # three games, not six pairs
+    # every game rises (d = 1/2, 3/8, 3/8): only the all-plus and all-minus sign vectors reach
+    # |sum d|, p = 2/8
+    assert text.endswith("per game: +41.7 points, 3 up 0 down of 3, p=0.25: unresolved")
+
+
 def test_pooled_training_refuses_a_run_without_the_window(tmp_path):
     a = fake_run(tmp_path / "a", ["g/a/1"], {0: [1], 1: [2]})
     try:
