@@ -28,7 +28,7 @@ from roleagent.methods.agent_r.mcts import (
     search_trees,
     select_child,
 )
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout import EXPERT, RolloutSettings, run_episodes
 from roleagent.types import Task
 
 
@@ -299,11 +299,11 @@ def test_nondeterministic_env_marks_the_tree(tiny_policy):
     assert len(tree.nodes) <= 3 and all(n.depth <= 1 for n in tree.nodes)  # it stopped at the mismatch
 
 
-def test_teacher_is_refused(scripted_engine):
+def test_the_expert_as_source_is_refused(scripted_engine):
     with EnvPool("scripted", slots=1, processes=False) as pool:
-        with pytest.raises(ValueError, match="teacher"):
+        with pytest.raises(ValueError, match="the rollout source must be POLICY"):
             search_trees(
-                scripted_engine(None), pool, [], RolloutSettings(max_steps=2, teacher="expert"), MCTSSettings(), None
+                scripted_engine(None), pool, [], RolloutSettings(max_steps=2, source=EXPERT), MCTSSettings(), None
             )
 
 

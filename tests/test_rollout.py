@@ -160,3 +160,25 @@ def test_step_batch_separates_env_rewards_and_penalties_and_places_them_per_step
     np.testing.assert_allclose(compute_advantages(batch, cfg).value, [0.075, 0.025, -0.125, 0.025])
     cfg.penalty_placement = "reward"
     np.testing.assert_allclose(compute_advantages(batch, cfg).value, [0.1, 0.05, -0.1, -0.05])
+
+
+def test_the_rollout_settings_defaults_are_the_configs():
+    """``RolloutSettings`` (the rollout's own arguments, for callers without a config) and the
+    config's ``rollout`` section agree on every default they share; the trainer builds its
+    settings from the config (``rollout_settings``)."""
+    import dataclasses
+
+    from roleagent.config import RolloutConfig
+
+    config = {f.name: f.default for f in dataclasses.fields(RolloutConfig)}
+    shared = [f for f in dataclasses.fields(RolloutSettings) if f.name in config and f.name != "max_steps"]
+    assert len(shared) >= 9
+    assert {f.name: f.default for f in shared} == {f.name: config[f.name] for f in shared}
+
+
+def test_a_rollout_source_must_choose(scripted_engine):
+    with EnvPool("scripted", slots=1, processes=False) as pool:
+        with pytest.raises(ValueError, match="is not an ActionSource"):
+            run_episodes(
+                engine=scripted_engine(None), pool=pool, jobs=[], settings=RolloutSettings(max_steps=2, source="expert")
+            )

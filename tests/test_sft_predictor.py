@@ -18,7 +18,7 @@ from roleagent.envs.workers import EnvPool
 from roleagent.fields import ConfigError
 from roleagent.methods.role_agent.wia import PREFIX, PredictionExtension
 from roleagent.models.loading import load_policy
-from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout import EXPERT, RolloutSettings, run_episodes
 from roleagent.sft.data import SFTDataError, check_example
 from roleagent.sft.predictor import (
     competence,
@@ -40,7 +40,7 @@ def engine():
 
 def expert_with_predictions(engine, context: str, prompt: str, horizon: int):
     """Expert episodes of the scripted corridor, with the rollout's prediction extension on."""
-    settings = RolloutSettings(max_steps=8, action_format="action", context=context, teacher="expert")
+    settings = RolloutSettings(max_steps=8, action_format="action", context=context, source=EXPERT)
     extension = PredictionExtension(horizon, max_new_tokens=4, temperature=1.0, top_p=1.0, prompt=prompt)
     with EnvPool("scripted", {}, slots=3, processes=False) as pool:
         jobs = [(task, 0) for task in pool.meta.tasks("train")[:3]]

@@ -1,6 +1,8 @@
-"""How each turn's action is chosen in :func:`roleagent.rollout.run_episodes`: replayed
-from a job's prefix, by the environment's expert (``teacher="expert"``), or by the policy
-(free or constrained decoding; the module docstring of :mod:`roleagent.rollout`).
+"""Who chooses each turn's action in :func:`roleagent.rollout.run_episodes`: an
+:class:`ActionSource`. A run's source is ``RolloutSettings.source``: :data:`POLICY` (the
+engine's generations, free or constrained decoding; the default) or :data:`EXPERT` (the
+environment's expert, for SFT data). An episode whose job carries a prefix of assistant
+texts replays them first (:data:`REPLAY`), whatever the run's source.
 
 A replayed turn's "generation" is the forced text: its token ids are the tokenizer's
 encoding of the text and its log-probs 0 (as for the expert). Its action is what the
@@ -11,33 +13,72 @@ admissible list, the command whose ``actor.completion`` has exactly those ids; o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from roleagent.engine.base import Engine, Generation
 from roleagent.rollout import actor
 
+Choice = tuple[list[Generation], list[actor.ParsedAction]]
 
-def choose_actions(engine: Engine, pool, active: list[Any], prompts, settings, sampling, stats):
-    """Each active episode's generation and parsed action, in order. An episode with
-    prefix texts still to replay (``len(e.prefix) > len(e.trajectory.steps)``) replays the
-    next one; the others share one batched call of the expert or the policy."""
+
+class ActionSource(Protocol):
+    """Chooses the actions of a batch of episodes' turns, one generation and one parsed
+    action per episode, in order."""
+
+    records_chat: bool  # its steps record the chat they were prompted with (step.extras["chat"])
+
+    def choose(self, engine: Engine, pool, episodes: list[Any], prompts, settings, sampling, stats) -> Choice: ...
+
+
+class PolicyActions:
+    """The engine generates (free or constrained decoding: :func:`_act`)."""
+
+    records_chat = False
+
+    def choose(self, engine, pool, episodes, prompts, settings, sampling, stats) -> Choice:
+        return _act(engine, prompts, episodes, settings, sampling, stats)
+
+
+class ExpertActions:
+    """The environment's expert acts; its turns are teacher data, so they record their chat."""
+
+    records_chat = True
+
+    def choose(self, engine, pool, episodes, prompts, settings, sampling, stats) -> Choice:
+        generations = _expert_generations(engine, pool, episodes, prompts, settings)
+        return generations, [actor.parse_action(g.text, settings.action_format) for g in generations]
+
+
+class ReplayActions:
+    """Each episode's next prefix text, forced (module docstring)."""
+
+    records_chat = True
+
+    def choose(self, engine, pool, episodes, prompts, settings, sampling, stats) -> Choice:
+        pairs = [
+            _replayed(engine, p, e.prefix[len(e.trajectory.steps)], e.admissible, settings)
+            for e, p in zip(episodes, prompts)
+        ]
+        return [g for g, _ in pairs], [a for _, a in pairs]
+
+
+POLICY, EXPERT, REPLAY = PolicyActions(), ExpertActions(), ReplayActions()
+
+
+def choose_actions(engine: Engine, pool, active: list[Any], prompts, settings, sampling, stats) -> Choice:
+    """Each active episode's generation and parsed action, in order: the episodes with
+    prefix texts still to replay (``len(e.prefix) > len(e.trajectory.steps)``) from
+    :data:`REPLAY`, the others from one batched call of ``settings.source``."""
+    replaying = [len(e.trajectory.steps) < len(e.prefix) for e in active]
     out: list[tuple[Generation, actor.ParsedAction] | None] = [None] * len(active)
-    rest = []
-    for i, e in enumerate(active):
-        turn = len(e.trajectory.steps)
-        if turn < len(e.prefix):
-            out[i] = _replayed(engine, prompts[i], e.prefix[turn], e.admissible, settings)
-        else:
-            rest.append(i)
-    if rest:
-        episodes, rest_prompts = [active[i] for i in rest], [prompts[i] for i in rest]
-        if settings.teacher == "expert":
-            generations = _expert_generations(engine, pool, episodes, rest_prompts, settings)
-            parsed = [actor.parse_action(g.text, settings.action_format) for g in generations]
-        else:
-            generations, parsed = _act(engine, rest_prompts, episodes, settings, sampling, stats)
-        for i, g, p in zip(rest, generations, parsed):
-            out[i] = (g, p)
+    for source, wanted in ((REPLAY, True), (settings.source, False)):
+        rows = [i for i, r in enumerate(replaying) if r == wanted]
+        if rows:
+            generations, parsed = source.choose(
+                engine, pool, [active[i] for i in rows], [prompts[i] for i in rows], settings, sampling, stats
+            )
+            for i, g, p in zip(rows, generations, parsed, strict=True):
+                out[i] = (g, p)
     return [g for g, _ in out], [p for _, p in out]
 
 
@@ -52,7 +93,7 @@ def _replayed(engine: Engine, prompt: list[int], text: str, admissible, settings
 
 
 def _expert_generations(engine: Engine, pool, active: list[Any], prompts, settings) -> list[Generation]:
-    """The environment expert's actions as generations (``teacher="expert"``)."""
+    """The environment expert's actions as generations."""
     actions = pool.expert_actions([e.slot for e in active])
     texts = [actor.completion(a, settings.action_format) if a else "" for a in actions]
     ids = [engine.tokenizer(t, add_special_tokens=False)["input_ids"] if t else [] for t in texts]

@@ -45,8 +45,8 @@ Context modes (``RolloutSettings.context``):
   ``history`` steps) and grows from there (counted in ``RolloutStats.context_restarts``).
   Environments that report their chat messages (BFCL) keep their transcript prompt.
 
-Expert play (``RolloutSettings.teacher="expert"``): the environment's expert chooses each
-action instead of the engine; prompts are built by the same code as above, the action ids
+Expert play (``RolloutSettings.source=EXPERT``, :mod:`roleagent.rollout.actions`): the
+environment's expert chooses each action instead of the engine; prompts are built by the same code as above, the action ids
 are the tokens of ``actor.completion(action, action_format)`` (log-probs 0), and each step
 records the chat it was prompted with in ``step.extras["chat"]`` (``mode`` "encode": the
 whole chat; "extend": the messages added to the previous turn's chat), which
@@ -77,7 +77,7 @@ from typing import Any, Protocol
 from roleagent.engine.base import Engine, SamplingParams
 from roleagent.envs.workers import EnvPool
 from roleagent.rollout import actor
-from roleagent.rollout.actions import choose_actions
+from roleagent.rollout.actions import POLICY, ActionSource, choose_actions
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -93,7 +93,7 @@ class RolloutSettings:
     project_actions: bool = False  # map a non-admissible action onto the closest admissible one
     constrain_actions: bool = False  # decode only admissible commands (module docstring)
     context: str = "window"  # window | full (module docstring)
-    teacher: str | None = None  # "expert": the environment's expert acts (SFT data; below)
+    source: ActionSource = POLICY  # who acts: POLICY (the engine) | EXPERT (SFT data; below)
     record_chat: bool = False  # record each step's prompt chat in step.extras["chat"] (below)
 
 
@@ -190,8 +190,8 @@ def run_episodes(
     """Play each ``(task, seed)`` or ``(task, seed, prefix)`` once (a prefix is replayed
     first: the module docstring); at most ``pool.size`` episodes run at a time. ``max_steps``
     gives each job its own step limit (default: ``settings.max_steps`` for all)."""
-    if settings.teacher not in (None, "expert"):
-        raise ValueError(f"unknown rollout teacher {settings.teacher!r}: None (the engine) or 'expert'")
+    if not callable(getattr(settings.source, "choose", None)):
+        raise ValueError(f"rollout source {settings.source!r} is not an ActionSource (POLICY, EXPERT)")
     jobs = _checked_jobs(jobs, settings.max_steps if max_steps is None else max_steps)
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
@@ -345,7 +345,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
                 valid=p.valid,
             )
             step.extras.update({name: rows[i] for name, rows in records if rows[i] is not None})
-            if settings.teacher is not None or settings.record_chat or e.prefix:
+            if settings.source.records_chat or settings.record_chat or e.prefix:
                 step.extras["chat"] = chats[i]
             if len(e.trajectory.steps) < len(e.prefix):
                 step.extras["replayed"] = {"turn": len(e.trajectory.steps)}

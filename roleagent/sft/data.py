@@ -42,7 +42,7 @@ token the target already ends with, so the prompts are the rollout's either way)
 one sequence (the last prompt and target) whose loss mask covers the target tokens of the
 flagged turns; unflagged assistant turns are context only.
 
-Expert rollouts (``RolloutSettings.teacher="expert"``) become examples with
+Expert rollouts (``RolloutSettings.source=EXPERT``) become examples with
 :func:`trajectory_examples`: a step whose prompt was a whole chat (``rollout.context=window``,
 or a restarted full chat) starts an example, a step whose prompt continued the previous
 turn's chat extends it, so window rollouts give one example per step and full-context

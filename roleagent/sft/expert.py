@@ -1,5 +1,5 @@
 """Expert demonstrations through the rollout code: the environment's expert plays training
-tasks (``RolloutSettings.teacher="expert"``), so every prompt is built exactly as in RL,
+tasks (``RolloutSettings.source=EXPERT``), so every prompt is built exactly as in RL,
 and its successful episodes become chat examples (``roleagent.sft.data``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 
 from roleagent.progress import bar, phase
-from roleagent.rollout import RolloutSettings, rollout_settings, run_episodes
+from roleagent.rollout import EXPERT, RolloutSettings, rollout_settings, run_episodes
 from roleagent.sft.data import ChatExample, trajectory_examples
 from roleagent.types import Task, Trajectory
 
@@ -29,7 +29,7 @@ def expert_trajectories(
 ) -> list[Trajectory]:
     """One expert episode per task (environment seed ``seed``), prompts as in ``settings``;
     unless ``quiet``, a phase line and a bar over the turns (``roleagent.progress``)."""
-    teacher = dataclasses.replace(settings, teacher="expert")
+    teacher = dataclasses.replace(settings, source=EXPERT)
     waves = -(-len(tasks) // pool.size)
     phase(
         f"expert: {len(tasks)} training tasks, {pool.size} at a time, up to {settings.max_steps} turns each",

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from roleagent.algos.agent_r import uct
 from roleagent.methods.agent_r.tree import Candidate, Node, Tree, save_trees, tree_filename
-from roleagent.rollout import RolloutSettings, RolloutStats, run_episodes
+from roleagent.rollout import POLICY, RolloutSettings, RolloutStats, run_episodes
 from roleagent.types import Task, Trajectory
 
 __all__ = [  # the tree types are re-exported: callers need one import
@@ -210,8 +210,8 @@ def search_trees(
     """One tree per distinct ``(task, seed)`` of ``jobs`` (a group of G gives one tree),
     grown together; each round's expansions are one ``run_episodes`` call."""
     mcts.check()
-    if settings.teacher is not None:
-        raise ValueError("the tree search samples from the policy: rollout teacher must be None")
+    if settings.source is not POLICY:
+        raise ValueError("the tree search samples from the policy: the rollout source must be POLICY")
     trees = _roots(pool, list(dict.fromkeys((task, seed) for task, seed in jobs)))
     stats = RolloutStats()
     expand_settings = dataclasses.replace(settings, temperature=mcts.temperature, record_chat=True)
