@@ -87,8 +87,8 @@ def zero_advantages_in(patch: pytest.MonkeyPatch) -> None:
     switched off, the controls' setting."""
     real = loop_module.compute_advantages
 
-    def zeroed(batch, cfg):
-        out = real(batch, cfg)
+    def zeroed(batch, cfg, settings=None):
+        out = real(batch, cfg, settings)
         out.value = np.zeros_like(out.value)
         return out
 
