@@ -189,6 +189,11 @@ class EvalConfig:
         "(e.g. [valid_seen, valid_unseen]); [] = [env.eval_split]",
     )
     temperature: float = setting(0.0, "0 = greedy")
+    greedy: str = setting(
+        "token",
+        "greedy with rollout.constrain_actions: token (the most likely token at each position) | command "
+        "(the most likely admissible command, scored whole; roleagent.engine.command_greedy)",
+    )
     seed: int = setting(0, "environment seed of every evaluation episode")
     sampled: int = setting(
         0,
@@ -357,7 +362,7 @@ def validate(cfg: TrainConfig) -> None:
             f"optim.mini_batches={o.mini_batches} exceeds the {episodes} episodes of an iteration "
             f"(rollout.tasks_per_iter * rollout.group_size)"
         )
-    check_rollout(r)
+    check_rollout(r, cfg.eval)
     check_dynamic_sampling(cfg)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")

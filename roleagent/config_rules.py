@@ -118,6 +118,7 @@ FIELD_RULES: dict[str, Rule] = {
     "eval.every": count(0),
     "eval.max_tasks": count(0),
     "eval.temperature": at_least(0),
+    "eval.greedy": one_of("token", "command"),
     "eval.seed": SEED,
     "eval.sampled": count(0),
     "eval.crash_retries": count(0),
@@ -318,9 +319,14 @@ def explain(cls: type, prefix: str = "") -> list[str]:
     return lines
 
 
-def check_rollout(r) -> None:
-    """Cross-field checks of the ``rollout`` section."""
+def check_rollout(r, e) -> None:
+    """Cross-field checks of the ``rollout`` section ``r`` and of the evaluation's decoding
+    (the ``eval`` section ``e``)."""
     check_episodes(r)
+    if e.greedy == "command" and not r.constrain_actions:
+        raise ConfigError(
+            "eval.greedy=command picks the most likely admissible command: it needs rollout.constrain_actions=true"
+        )
     if 0 < r.prefix_cache_tokens < r.max_prompt_tokens:
         raise ConfigError(
             f"rollout.prefix_cache_tokens={r.prefix_cache_tokens} cannot hold one prompt "

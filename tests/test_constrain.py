@@ -162,6 +162,57 @@ def test_constrained_greedy_is_the_argmax_among_allowed_tokens(tiny_policy):
         engine.generate([prompt, prompt], SamplingParams(), allowed=[None])
 
 
+def _sequence_logprob(model, prompt: list[int], ids: list[int], sets: list[list[int]]) -> float:
+    """Σ_t log π(ids_t | allowed_t) by one unbatched, uncached forward of prompt + ids."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+    total = 0.0
+    for t, (token, allowed) in enumerate(zip(ids, sets)):
+        sub = logits[len(prompt) - 1 + t, allowed]
+        total += float(sub[allowed.index(token)] - torch.logsumexp(sub, dim=0))
+    return total
+
+
+def test_command_greedy_returns_the_most_likely_sequence(tiny_policy):
+    """greedy='command' returns, per constrained row, the sequence whose summed restricted
+    log-prob (recomputed here without batching or cache) is the highest; token greedy never
+    beats it and, on some of these rows, misses it. Free rows decode as before, chunks of
+    max_batch and prefix reuse change nothing."""
+    from roleagent.engine.hf import HFEngine, SamplingParams
+
+    tok = tiny_policy.tokenizer
+    rng = random.Random(11)
+    token_params = SamplingParams(max_new_tokens=3, temperature=0.0, stop=actor.STOP["action"])
+    command_params = SamplingParams(max_new_tokens=3, temperature=0.0, stop=actor.STOP["action"], greedy="command")
+    engines = [HFEngine(tiny_policy, max_batch=2), HFEngine(tiny_policy, max_batch=8, prefix_cache_tokens=100_000)]
+    missed = 0
+    for round_ in range(4):
+        lists = [_random_commands(rng) + ["go to desk 1", "go to desk 10", "go to drawer 2"] for _ in range(5)]
+        allowed = [[_ids(tok, actor.completion(c, "action")) for c in cmds] for cmds in lists]
+        allowed[2] = None  # a free row in the batch
+        prompts = [_prompt(engines[0], f"round {round_} task {i}: " + rng.choice(WORDS)) for i in range(5)]
+        token = engines[0].generate(prompts, token_params, allowed=allowed)
+        answers = [engine.generate(prompts, command_params, allowed=allowed) for engine in engines]
+        answers.append(engines[1].generate(prompts, command_params, allowed=allowed))  # prompts' KV reused
+        assert engines[1].reused_prompt_tokens > 0 or round_ == 0
+        for command in answers:
+            assert command[2].ids == token[2].ids and command[2].allowed is None
+            for i in (0, 1, 3, 4):
+                g, trie = command[i], TokenTrie(allowed[i])
+                _check_constrained(g, allowed[i])
+                scores = {
+                    tuple(ids): _sequence_logprob(tiny_policy.model, prompts[i], ids, sets)
+                    for ids, sets in trie.paths()
+                }
+                assert sum(g.logprobs) == pytest.approx(scores[tuple(g.ids)], abs=1e-4)
+                assert scores[tuple(g.ids)] >= max(scores.values()) - 1e-4
+                assert scores[tuple(token[i].ids)] <= scores[tuple(g.ids)] + 1e-4
+                missed += command is answers[0] and token[i].ids != g.ids
+    assert missed > 0, "token greedy found the mode on every row: the test shows no difference"
+    with pytest.raises(ValueError, match="greedy"):
+        engines[0].generate(prompts, SamplingParams(temperature=0.0, greedy="beam"), allowed=allowed)
+
+
 def test_masked_engine_logprobs_equal_the_trainers_masked_recomputation(tiny_policy):
     from roleagent.engine.hf import HFEngine, SamplingParams
     from roleagent.trainer.samples import TrainSample, allowed_positions, collate, token_logprobs
@@ -304,6 +355,14 @@ def test_constrain_actions_config_rules():
     validate(cfg)
     cfg.rollout.project_actions = True
     with pytest.raises(ConfigError, match="rollout.constrain_actions and rollout.project_actions"):
+        validate(cfg)
+    cfg.rollout.project_actions, cfg.eval.greedy = False, "command"
+    validate(cfg)
+    cfg.rollout.constrain_actions = False
+    with pytest.raises(ConfigError, match="eval.greedy=command .* needs rollout.constrain_actions=true"):
+        validate(cfg)
+    cfg.eval.greedy = "beam"
+    with pytest.raises(ConfigError, match="eval.greedy"):
         validate(cfg)
 
 

@@ -44,14 +44,19 @@ def _replayed_admissible(env_factory):
     return admissible_of
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_constrained_rollout_on_the_scripted_corridor(tiny_policy, temperature):
+@pytest.mark.parametrize(("temperature", "greedy"), [(0.0, "token"), (0.0, "command"), (1.0, "token")])
+def test_constrained_rollout_on_the_scripted_corridor(tiny_policy, temperature, greedy):
     from roleagent.engine.hf import HFEngine
     from roleagent.envs.scripted import ScriptedEnv
 
     engine = HFEngine(tiny_policy)
     settings = RolloutSettings(
-        max_steps=6, action_format="action", max_new_tokens=2, temperature=temperature, constrain_actions=True
+        max_steps=6,
+        action_format="action",
+        max_new_tokens=2,
+        temperature=temperature,
+        constrain_actions=True,
+        greedy=greedy,
     )
     with EnvPool("scripted", slots=4, processes=False) as pool:
         jobs = [(task, 3) for task in pool.meta.tasks("train")[:4]]

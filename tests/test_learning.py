@@ -27,31 +27,10 @@ from roleagent.config import load_config
 from roleagent.trainer import Trainer
 from roleagent.trainer import loop as loop_module
 
-SETTINGS = [
-    "model.name=tiny",
-    "model.device=cpu",
-    "model.lora_rank=0",  # all weights: the tiny model is small
-    "env.name=scripted",
-    "env.processes=false",
-    "env.kwargs={n_tasks: 2, max_steps: 8, layout: signpost}",
-    "env.eval_split=train",  # the test is whether RL learns THESE games
-    "rollout.tasks_per_iter=2",
-    "rollout.group_size=8",
-    "rollout.action_format=action",
-    "rollout.constrain_actions=true",
-    "rollout.max_new_tokens=6",
-    "rollout.history=0",  # the observation alone tells the state
-    "rollout.temperature=1.0",
-    "optim.lr=1e-2",
-    "optim.epochs=4",
-    "optim.mini_batches=2",
-    "wia.enabled=false",
-    "eval.sampled=8",
-    "report_to=[jsonl]",
-    "threads=1",
-]
-ITERATIONS = 7
-#: the estimators and what each needs besides SETTINGS
+#: the probe's recipe (its comments say why each setting), shared with the benchmarks
+RECIPE = "signpost_probe"
+ITERATIONS = load_config(RECIPE).iterations
+#: the estimators and what each needs besides the recipe
 ESTIMATORS = {
     "grpo": [],
     "rloo": [],
@@ -99,8 +78,8 @@ def train(run_dir, algo: str, *, zero_advantages: bool = False) -> dict[str, dic
     with pytest.MonkeyPatch.context() as patch:
         if zero_advantages:
             zero_advantages_in(patch)
-        sets = [*SETTINGS, *ESTIMATORS[algo], f"algo.name={algo}", f"iterations={ITERATIONS}", f"run_dir={run_dir}"]
-        trainer = Trainer(load_config(None, sets), resume=False, quiet=True)
+        sets = [*ESTIMATORS[algo], f"algo.name={algo}", f"run_dir={run_dir}"]
+        trainer = Trainer(load_config(RECIPE, sets), resume=False, quiet=True)
         try:
             trainer.run()
         finally:

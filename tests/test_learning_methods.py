@@ -39,7 +39,7 @@ from roleagent.envs import EnvSpec, register_env
 from roleagent.envs.scripted import ScriptedEnv
 from roleagent.trainer import Trainer
 from roleagent.types import Trajectory
-from tests.test_learning import ITERATIONS, SETTINGS, evaluations, learned, zero_advantages_in
+from tests.test_learning import ITERATIONS, RECIPE, evaluations, learned, zero_advantages_in
 
 #: turn tag per kind of wrong turn (utilities: roleagent.algos.seal.STATIC_UTILITIES)
 WRONG_TURN_TAGS = {
@@ -98,15 +98,15 @@ SEAL = [
 
 
 def train(run_dir, extra: list[str], *, zero_advantages: bool = False, iterations: int = ITERATIONS) -> dict:
-    """One run of :data:`SETTINGS` + ``extra``; its before/after evaluations, its
+    """One run of the probe's recipe + ``extra``; its before/after evaluations, its
     per-iteration records and its seconds. ``zero_advantages`` replaces the estimator's
     advantages by zeros before any method adjusts them: the update switched off."""
     started = time.perf_counter()
     with pytest.MonkeyPatch.context() as patch:
         if zero_advantages:
             zero_advantages_in(patch)
-        sets = [*SETTINGS, *extra, f"iterations={iterations}", f"run_dir={run_dir}"]
-        trainer = Trainer(load_config(None, sets), resume=False, quiet=True)
+        sets = [*extra, f"iterations={iterations}", f"run_dir={run_dir}"]
+        trainer = Trainer(load_config(RECIPE, sets), resume=False, quiet=True)
         try:
             trainer.run()
         finally:

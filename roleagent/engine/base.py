@@ -41,6 +41,10 @@ class SamplingParams:
     temperature: float = 1.0  # 0: greedy (log-probs then at T = 1)
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    # greedy constrained rows: "token" takes the most likely allowed token at each position,
+    # "command" the allowed sequence of highest log-prob, Σ_t log π(token_t | allowed_t) at
+    # T = 1 (the mode of the constrained policy, which token-by-token argmax can miss)
+    greedy: str = "token"
 
 
 @runtime_checkable
@@ -85,7 +89,9 @@ class Engine(Protocol):
         among those that continue some sequence, from the distribution renormalised over
         them (greedy: their argmax), its allowed set kept in ``Generation.allowed``; it
         finishes when a full sequence is emitted, however long (``max_new_tokens``, stop
-        strings and EOS apply to free rows only)."""
+        strings and EOS apply to free rows only). At temperature 0 with ``params.greedy``
+        = "command" a constrained row returns its most likely sequence; engines that
+        cannot score sequences raise ``ValueError``."""
         ...
 
     def weights_changed(self) -> None:

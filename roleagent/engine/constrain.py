@@ -85,6 +85,25 @@ class TokenTrie:
     def is_complete(self, prefix: Sequence[int]) -> bool:
         return _END in self.node(prefix)
 
+    def paths(self) -> list[tuple[list[int], list[list[int]]]]:
+        """Every sequence a decoder can emit, with the allowed tokens at each of its
+        positions, in sorted token order. A sequence that extends a complete one is not
+        listed: decoding stops at the shorter.
+
+        >>> TokenTrie([[5, 6, 7], [5, 8], [9], [5, 8, 1]]).paths()
+        [([5, 6, 7], [[5, 9], [6, 8], [7]]), ([5, 8], [[5, 9], [6, 8]]), ([9], [[5, 9]])]
+        """
+        out: list[tuple[list[int], list[list[int]]]] = []
+        stack: list[tuple[dict, list[int], list[list[int]]]] = [(self.root, [], [])]
+        while stack:
+            node, prefix, sets = stack.pop()
+            if _END in node and prefix:
+                out.append((prefix, sets))
+                continue
+            children = _children(node)
+            stack.extend((node[t], [*prefix, t], [*sets, children]) for t in reversed(children))
+        return out
+
 
 class TrieCursor:
     """One decoding row's position in its trie (advanced one token at a time)."""

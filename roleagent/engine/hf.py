@@ -42,14 +42,9 @@ import torch
 
 from roleagent.engine.base import Allowed, Generation, SamplingParams
 from roleagent.engine.chat import encode_chat, encode_followup
+from roleagent.engine.command_greedy import best_sequences
 from roleagent.engine.constrain import TokenTrie, TrieCursor, sample_rows
-from roleagent.engine.prefix_cache import (
-    PrefixCache,
-    PrefixEntry,
-    batch_cache,
-    plain_dynamic,
-    row_kv,
-)
+from roleagent.engine.prefix_cache import PrefixCache, PrefixEntry, batch_cache, plain_dynamic, row_kv
 from roleagent.models.loading import Policy
 from roleagent.models.precision import autocast_region
 
@@ -139,13 +134,29 @@ class HFEngine:
         constrains rows to those sequences (:mod:`roleagent.engine.constrain`)."""
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
+        if params.greedy not in ("token", "command"):
+            raise ValueError(f"SamplingParams.greedy must be 'token' or 'command', not {params.greedy!r}")
         rows = [None] * len(prompts) if allowed is None else [None if a is None else TokenTrie(a) for a in allowed]
-        results: list[Generation] = []
+        scored = [i for i, t in enumerate(rows) if t is not None] if self._scores_commands(params) else []
+        decoded = sorted(set(range(len(prompts))) - set(scored))
+        results: list[Generation | None] = [None] * len(prompts)
         with autocast_region(self.policy.model):  # bf16: fp32 master weights cast once, not per token
-            for start in range(0, len(prompts), self.max_batch):
-                end = start + self.max_batch
-                results.extend(self._generate_batch(prompts[start:end], params, rows[start:end]))
+            for part, run in ((decoded, self._generate_batch), (scored, self._best_sequences)):
+                for start in range(0, len(part), self.max_batch):
+                    chunk = part[start : start + self.max_batch]
+                    batch = run([prompts[i] for i in chunk], params, [rows[i] for i in chunk])
+                    for i, generation in zip(chunk, batch):
+                        results[i] = generation
         return results
+
+    @staticmethod
+    def _scores_commands(params: SamplingParams) -> bool:
+        return params.temperature <= 0 and params.greedy == "command"
+
+    @torch.no_grad()
+    def _best_sequences(self, prompts, params: SamplingParams, tries: list[TokenTrie]) -> list[Generation]:
+        """Whole-command greedy (:mod:`roleagent.engine.command_greedy`)."""
+        return best_sequences(self, prompts, tries)
 
     def _generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, tries: list[TokenTrie | None]
@@ -168,14 +179,7 @@ class HFEngine:
         fed = [None] * n  # generated tokens whose KV the cache holds, when not all but the last
         alive = list(range(n))  # original row index of each row still in the batch
         for step in range(max(limits)):
-            output = model(
-                input_ids=step_input,
-                attention_mask=attention,
-                position_ids=step_positions,
-                use_cache=True,
-                **{self._cache_kwarg: cache},
-                **self._last_logits,
-            )
+            output = self._forward(step_input, attention, step_positions, cache)
             cache = getattr(output, self._cache_kwarg)
             logits = output.logits[:, -1, :].float()  # (b, V)
             allowed = {(row,): cursors[i].allowed() for row, i in enumerate(alive) if cursors[i] is not None}
@@ -227,6 +231,18 @@ class HFEngine:
             )
             for i in range(n)
         ]
+
+    def _forward(self, ids, attention, positions, cache, *, every_position: bool = False):
+        """One cached forward; the logits of the last position only unless ``every_position``."""
+        last = {} if every_position else self._last_logits
+        return self.policy.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kwarg: cache},
+            **last,
+        )
 
     def _prefill_inputs(self, prompts: list[list[int]]):
         """Input ids, attention mask, position ids and initial cache of the first forward.

@@ -95,6 +95,7 @@ class RolloutSettings:
     context: str = "window"  # window | full (module docstring)
     source: ActionSource = POLICY  # who acts: POLICY (the engine) | EXPERT (SFT data; below)
     record_chat: bool = False  # record each step's prompt chat in step.extras["chat"] (below)
+    greedy: str = "token"  # at temperature 0: token | command (SamplingParams.greedy)
 
 
 @dataclass
@@ -303,6 +304,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         temperature=settings.temperature,
         top_p=settings.top_p,
         stop=actor.STOP[settings.action_format],
+        greedy=settings.greedy,
     )
     for _ in range(max(e.max_steps for e in episodes)):
         active = [e for e in episodes if not e.done]

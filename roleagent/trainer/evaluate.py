@@ -44,7 +44,7 @@ def play_panel(trainer, desc: str, jobs: list[tuple[Task, int]], temperature: fl
     """One episode per job at ``temperature``, without the methods' rollout extensions,
     crashed ones replayed (:func:`~roleagent.evaluation.replay_crashed`); the episodes in
     job order and the number of replays."""
-    settings = dataclasses.replace(trainer.settings, temperature=temperature)
+    settings = dataclasses.replace(trainer.settings, temperature=temperature, greedy=trainer.cfg.eval.greedy)
 
     def play(wave: list[tuple[Task, int]]) -> list[Trajectory]:
         with trainer._progress(desc, trainer.max_steps * -(-len(wave) // trainer.pool.size)) as bar:
