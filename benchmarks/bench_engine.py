@@ -19,7 +19,9 @@ architecture with random weights, the same arithmetic without the conversion).
 Prints tok/s per decoder and batch, then one line per batch ``HFEngine / plain loop at
 batch B = R`` (the issue's goal: ≥ 0.9 at every batch, on CPU and GPU) and, with
 ``--constrained``, ``constrained / free decode cost per token at batch B = R`` (goal ≤ 1.2;
-the time beyond a one-token call, which is the prefill, per token beyond each row's first).
+the time beyond a one-token call, which is the prefill, per token beyond each row's first)
+and ``command / token greedy time per call at batch B = R`` (``SamplingParams.greedy``:
+whole-command greedy, :mod:`roleagent.engine.command_greedy`, against token greedy).
 
     python benchmarks/bench_engine.py [--batches 1 16 64] [--new-tokens 32] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--threads N] [--repeats 2] [--constrained] [--weights embedded|random]
@@ -183,6 +185,11 @@ def measure_batch(engine, model, states, n: int, generator, args) -> dict[str, t
         result["HFEngine constrained"] = timed(
             lambda: sum(len(g.ids) for g in engine.generate(prompts, free, allowed)), args.repeats
         )
+        for greedy in ("token", "command"):  # whole-command greedy against token greedy, per call
+            params = SamplingParams(max_new_tokens=free.max_new_tokens, temperature=0.0, greedy=greedy)
+            result[f"HFEngine greedy ({greedy})"] = timed(
+                lambda p=params: sum(len(g.ids) for g in engine.generate(prompts, p, allowed)), args.repeats
+            )
     return result
 
 
@@ -224,6 +231,8 @@ def run(args) -> None:
                 result, "HFEngine free, command length", batch
             )
             print(f"constrained / free decode cost per token at batch {batch} = {ratio:.2f}")
+            ratio = result["HFEngine greedy (command)"][0] / result["HFEngine greedy (token)"][0]
+            print(f"command / token greedy time per call at batch {batch} = {ratio:.2f}")
 
 
 def main(argv=None) -> None:
