@@ -97,7 +97,7 @@ def table(results: dict[str, dict[int, dict]]) -> str:
         reference_after = [tuple(p) for s in seeds for p in results[reference][s]["after"]["sampled"]]
         lines.append(
             f"| {arm} | {format_rate(sum(greedy), len(greedy))} | {_pooled(before)} | {_pooled(after)} | "
-            f"{_versus(before, after)} | {'-' if arm == reference else _versus(reference_after, after)} |"
+            f"{paired_rate_test(before, after)} | {'-' if arm == reference else paired_rate_test(reference_after, after)} |"
         )
     iterations = min(len(results[a][s]["train"]) for a in arms for s in seeds)
     lines += ["", "| iteration | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
@@ -109,11 +109,6 @@ def table(results: dict[str, dict[int, dict]]) -> str:
 
 def _pooled(rates) -> str:
     return format_rate(sum(k for k, _ in rates), sum(n for _, n in rates))
-
-
-def _versus(before, after) -> str:
-    t = paired_rate_test(before, after)
-    return f"{t.difference:+.1f} points, {t.up} up {t.down} down of {t.games}, p={t.p_value:.3g}: {t.verdict}"
 
 
 def main(argv=None) -> None:

@@ -133,8 +133,7 @@ def _rate_text(before: list | None, after: list | None) -> str:
     """The per-game paired permutation test (``roleagent.stats.paired_rate_test``) as a cell."""
     if before is None or after is None:
         return "-"
-    t = paired_rate_test(before, after)
-    return f"{t.difference:+.1f} points, {t.up} up {t.down} down of {t.games}, p={t.p_value:.3g}: {t.verdict}"
+    return str(paired_rate_test(before, after))
 
 
 def training_rates(run_dir: Path, games: list[str]) -> dict[int, list[tuple[int, int]]]:

@@ -143,6 +143,10 @@ class RateTest:
     p_value: float
     verdict: str  # gain | loss | unresolved | unchanged
 
+    def __str__(self) -> str:
+        """E.g. ``+12.5 points, 5 up 0 down of 8, p=0.0625: unresolved`` (a table cell)."""
+        return f"{self.difference:+.1f} points, {self.up} up {self.down} down of {self.games}, p={self.p_value:.3g}: {self.verdict}"
+
 
 def paired_rate_test(
     before: Sequence[tuple[int, int]], after: Sequence[tuple[int, int]], *, alpha: float = 0.05

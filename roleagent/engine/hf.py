@@ -137,7 +137,8 @@ class HFEngine:
         if params.greedy not in ("token", "command"):
             raise ValueError(f"SamplingParams.greedy must be 'token' or 'command', not {params.greedy!r}")
         rows = [None] * len(prompts) if allowed is None else [None if a is None else TokenTrie(a) for a in allowed]
-        scored = [i for i, t in enumerate(rows) if t is not None] if self._scores_commands(params) else []
+        command_greedy = params.temperature <= 0 and params.greedy == "command"
+        scored = [i for i, t in enumerate(rows) if t is not None] if command_greedy else []
         decoded = sorted(set(range(len(prompts))) - set(scored))
         results: list[Generation | None] = [None] * len(prompts)
         with autocast_region(self.policy.model):  # bf16: fp32 master weights cast once, not per token
@@ -149,13 +150,8 @@ class HFEngine:
                         results[i] = generation
         return results
 
-    @staticmethod
-    def _scores_commands(params: SamplingParams) -> bool:
-        return params.temperature <= 0 and params.greedy == "command"
-
-    @torch.no_grad()
     def _best_sequences(self, prompts, params: SamplingParams, tries: list[TokenTrie]) -> list[Generation]:
-        """Whole-command greedy (:mod:`roleagent.engine.command_greedy`)."""
+        """Whole-command greedy (:mod:`roleagent.engine.command_greedy`), under ``generate``'s no_grad."""
         return best_sequences(self, prompts, tries)
 
     def _generate_batch(
