@@ -11,10 +11,16 @@ Measured side by side, at the embedded model's vocabulary (V = 49,152), on logit
 as N(0, 3²) (a spread like a small instruct model's): one sampling step of ``--rows`` rows
 each restricted to ``--allowed`` tokens (an ALFWorld state offers ~9 commands whose first
 tokens differ), and the trainer's log-probs with entropy and their backward over
-``--batch`` × ``--positions`` constrained positions. Checks that the log-probs agree
-(≤ 1e-5) and that greedy picks the same token; prints the times and their ratio.
+``--batch`` × ``--positions`` constrained positions. Then the LM head in front of those log-probs: the logits of
+every vocabulary row (``hidden @ Wᵀ``, what the model's forward computes) against
+``HeadLogits``, which computes only the allowed rows' (the update's path for constrained
+samples, ``roleagent.trainer.samples.token_logprobs``), with the backward into the hidden
+states and W (trained, or frozen as under LoRA), at the tiny test model's width (64) and
+the embedded model's (576). Checks
+that the log-probs agree (≤ 1e-5; the head ≤ 1e-4) and that greedy picks the same token;
+prints the times and their ratio.
 
-    python benchmarks/bench_constrained.py [--rows 16] [--allowed 9] [--batch 32] [--positions 8]
+    python benchmarks/bench_constrained.py [--rows 16] [--allowed 9] [--batch 32] [--positions 8] [--hidden 64 576]
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from roleagent.engine.constrain import NEG, restricted_logprobs, sample_rows
+from roleagent.engine.constrain import NEG, HeadLogits, restricted_logprobs, sample_rows
 
 VOCAB = 49152
 
@@ -73,6 +79,7 @@ def main(argv=None) -> None:
     parser.add_argument("--positions", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--hidden", type=int, nargs="*", default=[64, 576], help="LM-head widths (tiny, embedded)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -116,6 +123,29 @@ def main(argv=None) -> None:
     print(f"trainer log-probs + entropy + backward, {b} x {k} constrained positions:")
     print(f"  masked softmax over V:    {t_ref * 1e3:8.1f} ms")
     print(f"  over the allowed tokens:  {t_new * 1e3:8.1f} ms   ratio {t_ref / t_new:.1f}x")
+
+    for hidden_size, trained in [(h, t) for h in args.hidden for t in (True, False)]:  # W trained, or frozen (LoRA)
+        hidden = (torch.randn(b, k, hidden_size) / hidden_size**0.5).requires_grad_(True)
+        weight = torch.randn(VOCAB, hidden_size, requires_grad=trained)
+
+        def head_step(lazy: bool, hidden=hidden, weight=weight):
+            def run():
+                hidden.grad = weight.grad = None
+                z = HeadLogits(hidden, weight, None) if lazy else hidden @ weight.T  # (B, K, V) when dense
+                logprobs, entropy = restricted_logprobs(z, train_allowed, targets, with_entropy=True)
+                (logprobs.sum() + 0.01 * entropy.sum()).backward()
+                return logprobs.detach()
+
+            return run
+
+        dense, lazy = head_step(False)(), head_step(True)()
+        assert torch.allclose(dense, lazy, atol=1e-4), "the allowed-rows head disagrees with the dense head"
+        t_ref = timed(head_step(False), args.repeats)
+        t_new = timed(head_step(True), args.repeats)
+        what = "W trained" if trained else "W frozen (LoRA)"
+        print(f"LM head + trainer log-probs + backward, {b} x {k} constrained positions, H = {hidden_size}, {what}:")
+        print(f"  every row of W (B·K·V logits):  {t_ref * 1e3:8.1f} ms")
+        print(f"  the allowed rows (HeadLogits):  {t_new * 1e3:8.1f} ms   ratio {t_ref / t_new:.1f}x")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 the same start on the same task set for several seeds, compared game by game.
 
 The default is the learning probe (``roleagent/recipes/signpost_probe.yaml``: two scripted
-games, the tiny random model, 7 iterations, evaluation before and after with greedy decoding
+games, the tiny random model, 10 iterations, evaluation before and after with greedy decoding
 and 8 sampled passes), where a run takes about a minute on a CPU core, so options that the
 issue "RL that verifiably learns" asks to measure can be measured with seeds::
 

@@ -414,3 +414,81 @@ def test_forced_tails_skip_the_forwards_and_change_nothing_else(tiny_policy, mon
         _check_constrained(f, sequences)
         assert (f.ids, f.logprobs, f.allowed, f.truncated) == (s.ids, s.logprobs, s.allowed, s.truncated)
     assert fast_forwards < len(forwards) - fast_forwards
+
+
+def test_head_logits_compute_only_the_rows_asked_for():
+    from roleagent.engine.constrain import HeadLogits
+
+    head = HeadLogits(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), None, 2.0)
+    index = (torch.tensor([0]),)
+    assert head.rows(index).tolist() == [[0.5, 1.0, 1.5]]  # the docstring's example
+    assert head.at(index, torch.tensor([[2, 0]])).tolist() == [[1.5, 0.5]]
+    dense = torch.tensor([[0.5, 1.0, 1.5]])
+    for allowed in ({}, {(0,): [0, 2]}, {(0,): [1]}):
+        lazy, e_lazy = restricted_logprobs(head, allowed, torch.tensor([0]), with_entropy=True)
+        full, e_full = restricted_logprobs(dense, allowed, torch.tensor([0]), with_entropy=True)
+        assert torch.allclose(lazy, full) and torch.allclose(e_lazy, e_full)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_the_update_head_on_allowed_rows_equals_the_models_forward(lora_rank, monkeypatch):
+    """``token_logprobs`` runs the LM head on the allowed rows only (``output_head``); its
+    log-probs, entropies and gradients are the model forward's, full weights or LoRA."""
+    import roleagent.trainer.samples as samples_module
+    from roleagent.models.loading import load_policy
+
+    policy = load_policy("tiny", device="cpu", dtype="float32", lora_rank=lora_rank)
+    assert samples_module.output_head(policy.model) is not None
+    rng = random.Random(0)
+    gen = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, policy.tokenizer.vocab_size, (3, 20), generator=gen)
+    attention = torch.ones_like(input_ids)
+    attention[0, :4] = 0  # a left-padded row
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    allowed = {(r, c): rng.sample(range(1000), rng.choice([1, 3, 20])) for r in range(3) for c in range(5) if c != 2}
+    targets = input_ids[:, -5:].clone()
+    for (r, c), ids in allowed.items():
+        targets[r, c] = ids[0]
+    targets[1, 3] = 1001  # outside its set: NEG either way
+
+    def run():
+        policy.model.zero_grad(set_to_none=True)
+        logprobs, entropy = samples_module.token_logprobs(
+            policy.model,
+            input_ids,
+            attention,
+            positions,
+            targets,
+            5,
+            temperature=0.7,
+            allowed=allowed,
+            with_entropy=True,
+        )
+        (logprobs.clamp(min=-1e3).sum() + entropy.sum()).backward()
+        return (
+            logprobs.detach(),
+            entropy.detach(),
+            [p.grad.clone() for p in policy.model.parameters() if p.grad is not None],
+        )
+
+    lazy = run()
+    monkeypatch.setattr(samples_module, "output_head", lambda model: None)  # the model's own forward
+    dense = run()
+    assert lazy[0][1, 3].item() == NEG and dense[0][1, 3].item() == NEG
+    assert torch.allclose(lazy[0], dense[0], atol=1e-5) and torch.allclose(lazy[1], dense[1], atol=1e-5)
+    assert len(lazy[2]) == len(dense[2]) > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(lazy[2], dense[2]))
+
+
+def test_output_head_declines_what_it_cannot_split(tiny_policy):
+    from roleagent.trainer.samples import output_head
+
+    class Wrapper(torch.nn.Module):  # a data-parallel wrapper has no config
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    assert output_head(Wrapper(tiny_policy.model)) is None
+    other = type("Config", (), {"model_type": "gemma2"})()  # soft-capped logits
+    model = type("Model", (), {"config": other, "get_decoder": None, "get_output_embeddings": None})()
+    assert output_head(model) is None

@@ -4,7 +4,7 @@ with the update switched off it must not (the criterion of ``tests/test_learning
 
 The task set, policy, budget and evaluation are those of ``tests/test_learning.py``: the
 scripted environment's ``signpost`` layout (two games, the key left in one and right in
-the other), the tiny random model acting through the admissible commands, 7 iterations,
+the other), the tiny random model acting through the admissible commands, the recipe's iterations,
 evaluation before and after on the same two games, greedy and 8 sampled passes.
 
 **SEAL** (Hu et al., 2026): diagnosis-weighted advantages, Â = w(τ)·A with

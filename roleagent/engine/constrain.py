@@ -24,7 +24,7 @@ import torch
 
 from roleagent.algos.loss import token_entropy_from_logits
 
-__all__ = ["NEG", "TokenTrie", "restricted_logprobs", "sample_rows"]
+__all__ = ["NEG", "HeadLogits", "TokenTrie", "restricted_logprobs", "sample_rows"]
 
 #: The log-prob of a target outside its allowed set: finite (float32 min), so the
 #: non-finite diagnosis (``roleagent.trainer.nonfinite``) can find it.
@@ -152,12 +152,53 @@ def _children(node: dict[int, dict]) -> list[int]:
     return sorted(t for t in node if t != _END)
 
 
-def _gather_allowed(logits: torch.Tensor, allowed: Mapping[tuple[int, ...], Sequence[int]]):
+class HeadLogits:
+    """Logits computed only where they are asked for: ``z = (h Wᵀ + b) / T`` from the final
+    hidden states ``h`` (..., H) and the output layer (``weight`` (V, H), ``bias`` (V,) or
+    None), in float32 like the dense path's ``logits.float() / T``.
+
+    A constrained position needs the logits of its allowed tokens only (a few of a 49k
+    vocabulary), so :func:`restricted_logprobs` given one of these computes ``h · W[ids]``
+    there and the whole row only at free positions. The LM head is then no longer the
+    update's largest matmul (the tiny test model: 64 hidden units against 49,152 rows).
+    The values are the dense logits' up to float rounding (another summation order).
+
+    Example: h = [[1, 2]], W = [[1, 0], [0, 1], [1, 1]], T = 2: ``rows`` → [[0.5, 1, 1.5]],
+    ``at`` of ids [[2, 0]] → [[1.5, 0.5]].
+    """
+
+    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float = 1.0):
+        self.hidden, self.weight, self.bias = hidden, weight, bias
+        self.scale = 1.0 / temperature if temperature > 0 else 1.0
+        self.shape = (*hidden.shape[:-1], weight.shape[0])
+        self.device = hidden.device
+
+    def _scaled(self, z: torch.Tensor) -> torch.Tensor:
+        z = z.float()
+        return z * self.scale if self.scale != 1.0 else z
+
+    def rows(self, index: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The whole vocabulary's logits at the positions ``index`` (one (n,) tensor per
+        leading axis): (n, V)."""
+        return self._scaled(torch.nn.functional.linear(self.hidden[index], self.weight, self.bias))
+
+    def at(self, index: tuple[torch.Tensor, ...], ids: torch.Tensor) -> torch.Tensor:
+        """The logits of token ``ids`` (n, A) at the positions ``index``: (n, A)."""
+        z = torch.einsum("nh,nah->na", self.hidden[index], self.weight[ids])
+        return self._scaled(z if self.bias is None else z + self.bias[ids])
+
+
+def _rows(logits, index) -> torch.Tensor:
+    return logits.rows(index) if isinstance(logits, HeadLogits) else logits[index]
+
+
+def _gather_allowed(logits, allowed: Mapping[tuple[int, ...], Sequence[int]]):
     """The constrained positions' logits, packed: ``(positions, ids, sub, real)`` where
     ``positions`` is one index tensor per leading axis (P,), ``ids`` (P, A) the allowed
     token ids padded with each position's first id, and ``sub`` (P, A) their logits with
     −inf in the padding, so ``logsumexp(sub)`` is the normaliser over the allowed set, and
-    ``real`` (P, A) marks the entries that are not padding."""
+    ``real`` (P, A) marks the entries that are not padding. ``logits``: a tensor (..., V)
+    or :class:`HeadLogits`."""
     device = logits.device
     width = max(len(ids) for ids in allowed.values())
     positions = tuple(torch.tensor(axis, device=device) for axis in zip(*allowed))  # one (P,) per axis
@@ -166,12 +207,15 @@ def _gather_allowed(logits: torch.Tensor, allowed: Mapping[tuple[int, ...], Sequ
         torch.arange(width, device=device)[None, :]
         < torch.tensor([len(v) for v in allowed.values()], device=device)[:, None]
     )
-    sub = logits[tuple(axis[:, None] for axis in positions) + (ids,)].masked_fill(~real, float("-inf"))  # (P, A)
-    return positions, ids, sub, real
+    if isinstance(logits, HeadLogits):
+        sub = logits.at(positions, ids)
+    else:
+        sub = logits[tuple(axis[:, None] for axis in positions) + (ids,)]
+    return positions, ids, sub.masked_fill(~real, float("-inf")), real  # (P, A)
 
 
 def restricted_logprobs(
-    logits: torch.Tensor,
+    logits,
     allowed: Mapping[tuple[int, ...], Sequence[int]],
     targets: torch.Tensor,
     *,
@@ -183,7 +227,8 @@ def restricted_logprobs(
     ids), the softmax renormalised over its allowed tokens, ``log π(t) = z_t − log Σ_{a ∈
     allowed} e^{z_a}``. Apply it to temperature-scaled logits: the restricted distribution
     is then ``softmax(z / T)`` over the set. A target outside its position's set (a
-    retokenisation mismatch) gets :data:`NEG` and no gradient.
+    retokenisation mismatch) gets :data:`NEG` and no gradient. ``logits`` may be a
+    :class:`HeadLogits`, which computes only the logits these sums read.
 
     Only the allowed logits enter a constrained position's sums: masking the other V − k
     with a huge negative number and taking a softmax over V is the same maths, but its
@@ -198,22 +243,21 @@ def restricted_logprobs(
         positions, ids, sub, real = _gather_allowed(logits, allowed)  # (P, A)
         free[positions] = False
     free_positions = free.nonzero(as_tuple=True)  # the whole vocabulary's sums only where needed
-    log_z = logits.new_zeros(free.shape).index_put(free_positions, torch.logsumexp(logits[free_positions], dim=-1))
+    rows = _rows(logits, free_positions)  # (F, V)
+    picked = rows.gather(-1, targets[free_positions][:, None]).squeeze(-1) - torch.logsumexp(rows, dim=-1)  # (F,)
+    logprobs = rows.new_zeros(free.shape).index_put(free_positions, picked)
     entropy = None
     if with_entropy:
-        entropy = logits.new_zeros(free.shape).index_put(
-            free_positions, token_entropy_from_logits(logits[free_positions])
-        )
+        entropy = rows.new_zeros(free.shape).index_put(free_positions, token_entropy_from_logits(rows))
     if allowed:
-        sub_log_z = torch.logsumexp(sub, dim=-1)  # (P,)
-        log_z = log_z.index_put(positions, sub_log_z)
+        log_p = sub - torch.logsumexp(sub, dim=-1)[:, None]  # (P, A), −inf in the padding
+        hit = (ids == targets[positions][:, None]) & real  # (P, A): the target's column, if any
+        in_set = hit.any(dim=-1)  # (P,)
+        chosen = log_p.gather(-1, hit.int().argmax(dim=-1)[:, None]).squeeze(-1)  # column 0 (real) when none
+        logprobs = logprobs.index_put(positions, torch.where(in_set, chosen, NEG))
         if entropy is not None:  # 0 in the padding (not −inf, whose 0 · ∞ would give NaN gradients)
-            log_p = (sub - sub_log_z[:, None]).masked_fill(~real, 0.0)  # (P, A)
+            log_p = log_p.masked_fill(~real, 0.0)
             entropy = entropy.index_put(positions, -(log_p.exp() * log_p * real).sum(dim=-1))
-    logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z  # (...)
-    if allowed:
-        in_set = (ids == targets[positions][:, None]).any(dim=-1)  # (P,)
-        logprobs = logprobs.index_put(positions, torch.where(in_set, logprobs[positions], NEG))
     return logprobs, entropy
 
 

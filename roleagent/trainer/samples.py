@@ -29,8 +29,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
-from roleagent.engine.constrain import restricted_logprobs
+from roleagent.engine.constrain import HeadLogits, restricted_logprobs
 
 
 @dataclass
@@ -154,19 +155,47 @@ def token_logprobs(
     over their allowed tokens, as constrained decoding sampled them (entropy likewise).
     ``probe`` (diagnosis only: it syncs) receives whether the raw logits are finite and
     their largest finite magnitude."""
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
-    logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
-    if probe is not None:
-        finite = torch.isfinite(logits)  # (B, K, V)
-        probe["logits_finite"] = bool(finite.all())
-        probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
+    head = output_head(model) if allowed and probe is None else None
+    if head is not None:  # constrained positions: the LM head only on their allowed rows (HeadLogits)
+        decoder, linear = head
+        hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False)
+        logits = HeadLogits(hidden.last_hidden_state[:, -keep - 1 : -1, :], linear.weight, linear.bias, temperature)
+    else:
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
+        logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
+        if probe is not None:
+            finite = torch.isfinite(logits)  # (B, K, V)
+            probe["logits_finite"] = bool(finite.all())
+            probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+    logprobs, entropy = restricted_logprobs(logits, allowed or {}, targets, with_entropy=bool(with_entropy))
     if with_entropy == "metric":  # the value only (optim.entropy_coef = 0): no graph through it
-        with torch.no_grad():
-            entropy = restricted_logprobs(logits.detach(), allowed or {}, targets, with_entropy=True)[1]
-        return restricted_logprobs(logits, allowed or {}, targets)[0], entropy
-    return restricted_logprobs(logits, allowed or {}, targets, with_entropy=with_entropy)  # (B, K) each
+        entropy = entropy.detach()
+    return logprobs, entropy  # (B, K) each
+
+
+#: Model families whose causal-LM logits are exactly ``lm_head(decoder(...).last_hidden_state)``
+#: (no soft-capping or logit scaling), so :func:`output_head` may split them.
+PLAIN_HEAD_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+def output_head(model) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+    """``(decoder, lm_head)`` of a plain causal LM (:data:`PLAIN_HEAD_FAMILIES`, a PEFT
+    wrapper included) whose output layer is a bare ``nn.Linear`` on ordinary tensors, so
+    the update may run the head on the rows it needs; ``None`` for anything else (a
+    data-parallel wrapper, FSDP's sharded parameters, an adapter on the head, another
+    family), which then takes the model's own forward."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in PLAIN_HEAD_FAMILIES or isinstance(model, FSDPModule):
+        return None
+    try:
+        decoder, linear = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if type(linear) is not torch.nn.Linear or type(linear.weight) is not torch.nn.Parameter:
+        return None
+    return decoder, linear
 
 
 def current_logprobs(updater, samples: list[TrainSample]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:

@@ -45,7 +45,9 @@ back-propagates its share of a mini-batch with the same global denominator, grad
 
 Rows are left-padded, so every generated segment ends at the last position and the LM head
 runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
-(B, L, V) logits of a 49k vocabulary would dominate memory on a laptop.
+(B, L, V) logits of a 49k vocabulary would dominate memory on a laptop. With constrained
+positions it runs only on their allowed rows (``roleagent.trainer.samples.output_head``,
+``roleagent.engine.constrain.HeadLogits``), whole rows only where decoding was free.
 """
 
 from __future__ import annotations
