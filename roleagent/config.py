@@ -124,7 +124,8 @@ class RolloutConfig:
         "decode only admissible commands: where the environment lists them, each token is drawn among "
         "those continuing some command's completion (renormalised log-probs, kept for the trainer), so "
         "every step is valid and the trained tokens are the executed command (a policy over admissible "
-        "actions, GLAM); needs action_format=action; environments without lists decode freely",
+        "actions, GLAM); action_format action, or think_action (then each turn is <action>c</action>, no "
+        "thought); environments without lists decode freely",
     )
     max_prompt_tokens: int = setting(1024, "prompts longer than this keep their last tokens")
     max_batch: int = setting(32, "most sequences in one generation batch")

@@ -337,11 +337,10 @@ def check_rollout(r, e) -> None:
             "rollout.constrain_actions and rollout.project_actions are exclusive: constrained decoding "
             "only emits admissible commands, so there is nothing to project"
         )
-    if r.constrain_actions and r.action_format != "action":
+    if r.constrain_actions and r.action_format == "raw":  # think_action: "<action>c</action>", no thought
         raise ConfigError(
-            f"rollout.constrain_actions needs rollout.action_format=action, not {r.action_format!r}: "
-            "think_action's <think> block cannot be constrained to a command list, and raw completions "
-            "have no closing tag to end a command that is a prefix of another"
+            "rollout.constrain_actions needs rollout.action_format=action or think_action, not 'raw': "
+            "raw completions have no closing tag to end a command that is a prefix of another"
         )
 
 

@@ -349,10 +349,12 @@ def test_constrain_actions_config_rules():
     cfg = TrainConfig()
     cfg.env.name = "scripted"
     cfg.rollout.constrain_actions = True
-    with pytest.raises(ConfigError, match="rollout.action_format=action"):
+    cfg.rollout.action_format = "raw"
+    with pytest.raises(ConfigError, match="rollout.action_format=action or think_action, not 'raw'"):
         validate(cfg)
-    cfg.rollout.action_format = "action"
-    validate(cfg)
+    for fmt in ("think_action", "action"):
+        cfg.rollout.action_format = fmt
+        validate(cfg)
     cfg.rollout.project_actions = True
     with pytest.raises(ConfigError, match="rollout.constrain_actions and rollout.project_actions"):
         validate(cfg)
@@ -492,3 +494,30 @@ def test_output_head_declines_what_it_cannot_split(tiny_policy):
     other = type("Config", (), {"model_type": "gemma2"})()  # soft-capped logits
     model = type("Model", (), {"config": other, "get_decoder": None, "get_output_embeddings": None})()
     assert output_head(model) is None
+
+
+def test_constrained_think_action_turns_are_action_blocks(tmp_path):
+    """``think_action`` with constrained decoding: every turn is ``<action>c</action>`` with c
+    admissible (no thought), parsed as valid, so methods that need ReAct turns in their
+    data (Agent-R's revision thoughts) can train a policy that acts through the commands."""
+    import json
+
+    from roleagent.config import load_config
+    from roleagent.trainer import Trainer
+
+    sets = ["rollout.action_format=think_action", "iterations=1", "eval.sampled=0", f"run_dir={tmp_path}"]
+    trainer = Trainer(load_config("signpost_probe", sets), resume=False, quiet=True)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    steps = [
+        step
+        for path in (tmp_path / "rollouts").glob("*.jsonl")
+        for line in path.read_text().splitlines()
+        for step in json.loads(line)["steps"]
+    ]
+    assert steps
+    for step in steps:
+        assert step["action_text"] == f"<action>{step['action']}</action>", step["action_text"]
+        assert actor.parse_action(step["action_text"], "think_action").valid
