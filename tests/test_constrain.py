@@ -424,7 +424,8 @@ def test_head_logits_compute_only_the_rows_asked_for():
     head = HeadLogits(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), None, 2.0)
     index = (torch.tensor([0]),)
     assert head.rows(index).tolist() == [[0.5, 1.0, 1.5]]  # the docstring's example
-    assert head.at(index, torch.tensor([[2, 0]])).tolist() == [[1.5, 0.5]]
+    assert head.at(index, torch.tensor([[2]])).tolist() == [[1.5]]  # A·H = 2 ≤ V = 3: gathered rows of W
+    assert head.at(index, torch.tensor([[2, 0]])).tolist() == [[1.5, 0.5]]  # A·H = 4 > V: from whole rows
     dense = torch.tensor([[0.5, 1.0, 1.5]])
     for allowed in ({}, {(0,): [0, 2]}, {(0,): [1]}):
         lazy, e_lazy = restricted_logprobs(head, allowed, torch.tensor([0]), with_entropy=True)

@@ -183,7 +183,11 @@ class HeadLogits:
         return self._scaled(torch.nn.functional.linear(self.hidden[index], self.weight, self.bias))
 
     def at(self, index: tuple[torch.Tensor, ...], ids: torch.Tensor) -> torch.Tensor:
-        """The logits of token ``ids`` (n, A) at the positions ``index``: (n, A)."""
+        """The logits of token ``ids`` (n, A) at the positions ``index``: (n, A). The rows
+        of W it gathers take n·A·H numbers; when that exceeds the n·V of whole rows (sets
+        wider than V / H tokens), it computes the whole rows and reads the ids from them."""
+        if ids.shape[-1] * self.hidden.shape[-1] > self.weight.shape[0]:
+            return self.rows(index).gather(-1, ids)
         z = torch.einsum("nh,nah->na", self.hidden[index], self.weight[ids])
         return self._scaled(z if self.bias is None else z + self.bias[ids])
 
