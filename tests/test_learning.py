@@ -41,13 +41,13 @@ ESTIMATORS = {
 
 
 def learned(before: dict, after: dict) -> bool:
-    """The criterion: sampled success on the games rose by at least 25 points (from 1 of
-    16 episodes to at least 5 of 16), and greedy success did not fall.
+    """The criterion: sampled success on the games rose by at least 25 points (e.g. from 2
+    of 16 episodes to at least 6 of 16), and greedy success did not fall.
 
     Greedy success on two games moves in steps of 50 points and needs every step of a game
-    right; in the runs that made these settings it rose from 0/2 to 1/2 with GRPO, RLOO and
-    GiGPO and stayed 0/2 with Role-Agent and PPO while their sampled success went 1/16 →
-    12/16 and 8/16 (``benchmarks/RESULTS.md``), so it is reported, not required to rise."""
+    right; in the 10-iteration sweep over seeds 0-5 it stayed 0/2 in 4 of 6 RLOO runs and
+    3 of 6 PPO runs whose sampled success rose by 25-56 points (``benchmarks/RESULTS.md``,
+    "Learning tests"), so it is reported, not required to rise."""
     return after["sampled"] - before["sampled"] >= 0.25 and after["greedy"] >= before["greedy"]
 
 

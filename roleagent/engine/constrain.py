@@ -193,7 +193,15 @@ class HeadLogits:
 
 
 def _rows(logits, index) -> torch.Tensor:
+    """Whole rows at ``index``, of a dense (..., V) tensor or a :class:`HeadLogits`: (n, V)."""
     return logits.rows(index) if isinstance(logits, HeadLogits) else logits[index]
+
+
+def _at(logits, index, ids: torch.Tensor) -> torch.Tensor:
+    """The logits of ``ids`` (n, A) at ``index``, of either kind: (n, A)."""
+    if isinstance(logits, HeadLogits):
+        return logits.at(index, ids)
+    return logits[tuple(axis[:, None] for axis in index) + (ids,)]
 
 
 def _gather_allowed(logits, allowed: Mapping[tuple[int, ...], Sequence[int]]):
@@ -211,11 +219,7 @@ def _gather_allowed(logits, allowed: Mapping[tuple[int, ...], Sequence[int]]):
         torch.arange(width, device=device)[None, :]
         < torch.tensor([len(v) for v in allowed.values()], device=device)[:, None]
     )
-    if isinstance(logits, HeadLogits):
-        sub = logits.at(positions, ids)
-    else:
-        sub = logits[tuple(axis[:, None] for axis in positions) + (ids,)]
-    return positions, ids, sub.masked_fill(~real, float("-inf")), real  # (P, A)
+    return positions, ids, _at(logits, positions, ids).masked_fill(~real, float("-inf")), real  # (P, A)
 
 
 def restricted_logprobs(
