@@ -483,6 +483,54 @@ def test_the_update_head_on_allowed_rows_equals_the_models_forward(lora_rank, mo
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(lazy[2], dense[2]))
 
 
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_where_computes_the_masked_positions_only_and_changes_none_of_them(lora_rank, monkeypatch):
+    """``token_logprobs(where=mask)``, as the SFT loss calls it: log-probs and gradients of
+    ``Σ log π · mask`` equal the model forward's without ``where``; the positions outside
+    it are 0; the LM head computes rows at the masked positions only."""
+    import roleagent.trainer.samples as samples_module
+    from roleagent.engine.constrain import HeadLogits
+    from roleagent.models.loading import load_policy
+
+    policy = load_policy("tiny", device="cpu", dtype="float32", lora_rank=lora_rank)
+    gen = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(0, policy.tokenizer.vocab_size, (2, 16), generator=gen)
+    attention = torch.ones_like(input_ids)
+    attention[1, :3] = 0
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    targets = input_ids[:, -8:].clone()
+    mask = torch.zeros(2, 8)
+    mask[0, [1, 2, 6]] = 1
+    mask[1, [0, 7]] = 1
+    allowed = {(0, 2): [5, int(targets[0, 2]), 9], (1, 3): [4, 8]}  # (1, 3) is outside the mask
+    rows_computed = []
+    real_rows = HeadLogits.rows
+    monkeypatch.setattr(
+        HeadLogits, "rows", lambda self, index: rows_computed.append(len(index[0])) or real_rows(self, index)
+    )
+
+    def run(where):
+        policy.model.zero_grad(set_to_none=True)
+        logprobs, _ = samples_module.token_logprobs(
+            policy.model, input_ids, attention, positions, targets, 8, allowed=allowed, where=where
+        )
+        (logprobs * mask).sum().backward()
+        return logprobs.detach(), [p.grad.clone() for p in policy.model.parameters() if p.grad is not None]
+
+    masked = run(mask > 0)
+    assert rows_computed == [4]  # the 5 masked positions, less the constrained one
+    whole = run(None)
+    assert rows_computed[-1] == 14  # 16 positions, less the 2 constrained ones
+    assert (masked[0][mask == 0] == 0).all()
+    assert torch.allclose(masked[0][mask > 0], whole[0][mask > 0], atol=1e-5)
+    assert len(masked[1]) == len(whole[1]) > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(masked[1], whole[1]))
+    monkeypatch.setattr(samples_module, "output_head", lambda model: None)  # dense logits, same values
+    dense = run(mask > 0)
+    assert torch.equal(dense[0] == 0, masked[0] == 0)
+    assert torch.allclose(dense[0], masked[0], atol=1e-5)
+
+
 def test_output_head_declines_what_it_cannot_split(tiny_policy):
     from roleagent.trainer.samples import output_head
 

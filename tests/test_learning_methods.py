@@ -21,10 +21,14 @@ applied (``seal.reweight=false``) the run differs (greedy 0/2 → 1/2, sampled 1
 other training successes per iteration), so the weights do change training
 (``benchmarks/RESULTS.md``, "Learning tests").
 
-Agent-R and ASL have no learning test here: the tiny random model writes no ``<action>``
-block in Agent-R's ``think_action`` turns (constrained decoding needs the ``action``
-format), so Agent-R would train nothing from this start, and ASL's rewards need the model
-to write question/answer pairs and verdicts (``benchmarks/RESULTS.md``).
+**Agent-R** (Yuan et al., 2025, arXiv 2501.11425): iterative SFT on the good and revision
+trajectories of MCTS trees (``roleagent.methods.agent_r``), recipe ``agent_r_signpost_probe``:
+the probe's games, model, iterations and evaluation, one tree per game, direct revision (a
+random model cannot judge), constrained ``think_action`` turns (``<action>c</action>``). Its
+control keeps the search and drops the examples before the SFT, so nothing trains.
+
+ASL has no learning test here: its rewards need the model to write question/answer pairs
+and verdicts, which a random tiny model does not (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import pytest
 from roleagent.config import load_config
 from roleagent.envs import EnvSpec, register_env
 from roleagent.envs.scripted import ScriptedEnv
+from roleagent.methods.agent_r.method import AgentRObjective
 from roleagent.trainer import Trainer
 from roleagent.types import Trajectory
 from tests.test_learning import ITERATIONS, RECIPE, evaluations, learned, zero_advantages_in
@@ -97,16 +102,31 @@ SEAL = [
 ]
 
 
-def train(run_dir, extra: list[str], *, zero_advantages: bool = False, iterations: int = ITERATIONS) -> dict:
-    """One run of the probe's recipe + ``extra``; its before/after evaluations, its
-    per-iteration records and its seconds. ``zero_advantages`` replaces the estimator's
-    advantages by zeros before any method adjusts them: the update switched off."""
+#: Agent-R's probe recipe (its comments say why each setting)
+AGENT_R = "agent_r_signpost_probe"
+
+
+def train(
+    run_dir,
+    extra: list[str],
+    *,
+    zero_advantages: bool = False,
+    no_examples: bool = False,
+    iterations: int = ITERATIONS,
+    recipe: str = RECIPE,
+) -> dict:
+    """One run of ``recipe`` + ``extra``; its before/after evaluations, its per-iteration
+    records and its seconds. The update switched off: ``zero_advantages`` replaces the
+    estimator's advantages by zeros before any method adjusts them; ``no_examples`` gives
+    Agent-R's SFT no examples."""
     started = time.perf_counter()
     with pytest.MonkeyPatch.context() as patch:
         if zero_advantages:
             zero_advantages_in(patch)
+        if no_examples:
+            patch.setattr(AgentRObjective, "samples", lambda self, iteration, methods: [])
         sets = [*extra, f"iterations={iterations}", f"run_dir={run_dir}"]
-        trainer = Trainer(load_config(RECIPE, sets), resume=False, quiet=True)
+        trainer = Trainer(load_config(recipe, sets), resume=False, quiet=True)
         try:
             trainer.run()
         finally:
@@ -141,4 +161,26 @@ def test_seal_with_advantages_zeroed_does_not_learn(tmp_path):
     assert [r["update/samples"] for r in rows] == [0] * ITERATIONS
     assert result["after"]["greedy"] == result["before"]["greedy"]  # the same weights
     assert any(r["seal/weight_max"] != 1.0 for r in rows)  # the weights were computed, and multiplied zeros
+    assert not learned(result["before"], result["after"]), f"the control passes the criterion: {result}"
+
+
+def test_agent_r_iterative_sft_raises_success(tmp_path):
+    """Agent-R must meet :func:`learned` by SFT on its trees' good and revision
+    trajectories, with both kinds in its data."""
+    result = train(tmp_path / "agent_r", [], recipe=AGENT_R)
+    before, after, rows = result["before"], result["after"], result["iterations"]
+    assert before["greedy"] == 0.0 and before["sampled"] < 0.25, f"the start solves too much: {before}"
+    assert sum(r["agent_r/good"] for r in rows) > 0 and sum(r["agent_r/revision"] for r in rows) > 0
+    assert all(r["agent_r/too_long"] == 0 for r in rows)  # every example fits the prompt limit
+    assert learned(before, after), f"Agent-R did not learn: {before} -> {after}"
+
+
+def test_agent_r_without_its_examples_does_not_learn(tmp_path):
+    """The control: the same run with the examples dropped before the SFT. The search
+    cannot change the weights, so it runs one descent per tree (the budget that matters,
+    the iterations and the evaluation, is the test's)."""
+    result = train(tmp_path / "agent_r_control", ["agent_r.mcts_iterations=1"], no_examples=True, recipe=AGENT_R)
+    rows = result["iterations"]
+    assert all(r["update/examples"] == 0 for r in rows)  # nothing trained
+    assert result["after"] == result["before"]  # the same weights, evaluated with the same seeds
     assert not learned(result["before"], result["after"]), f"the control passes the criterion: {result}"

@@ -4,6 +4,7 @@ that continue a sampled assistant turn token for token."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from roleagent.envs.safety import sanitize_text
@@ -126,9 +127,15 @@ def encode_followup(tokenizer, messages: list[dict], *, response_prefix: str = "
 
 
 def _encode_text(tokenizer, text: str) -> list[int]:
-    if not text:
-        return []
-    return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return list(_encode_segment(tokenizer, text)) if text else []
+
+
+@functools.lru_cache(maxsize=4096)
+def _encode_segment(tokenizer, text: str) -> tuple[int, ...]:
+    """The ids of one text segment between special tokens, remembered: a rollout encodes
+    the same system prompt, instruction and observations step after step (a growing chat
+    is encoded whole at every turn)."""
+    return tuple(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
 def _special_tokens_re(tokenizer) -> re.Pattern[str] | None:

@@ -228,6 +228,7 @@ def restricted_logprobs(
     targets: torch.Tensor,
     *,
     with_entropy: bool = False,
+    where: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log π(target)`` at every position of ``logits`` (..., V) (``targets`` (...)) and,
     optionally, the entropy of π there: π is the softmax over the whole vocabulary, or, at
@@ -236,7 +237,10 @@ def restricted_logprobs(
     allowed} e^{z_a}``. Apply it to temperature-scaled logits: the restricted distribution
     is then ``softmax(z / T)`` over the set. A target outside its position's set (a
     retokenisation mismatch) gets :data:`NEG` and no gradient. ``logits`` may be a
-    :class:`HeadLogits`, which computes only the logits these sums read.
+    :class:`HeadLogits`, which computes only the logits these sums read. ``where`` (...),
+    boolean, names the positions whose values are used (an SFT loss mask); the others get
+    log-prob 0 and entropy 0 and cost nothing, so a :class:`HeadLogits` never computes
+    their rows (the observations of a packed chat are most of its positions).
 
     Only the allowed logits enter a constrained position's sums: masking the other V − k
     with a huge negative number and taking a softmax over V is the same maths, but its
@@ -244,9 +248,15 @@ def restricted_logprobs(
     softmax cost more than the small model's forward.
 
     Example: logits [[0, 0, ln 2]] with {(0,): [1, 2]}: log π(1) = ln 1/3, log π(2) = ln 2/3,
-    entropy 0.6365; with {(0,): [2]}: log π(2) = 0 exactly, entropy 0; target 0 → NEG.
+    entropy 0.6365; with {(0,): [2]}: log π(2) = 0 exactly, entropy 0; target 0 → NEG; with
+    ``where`` [False]: 0 whatever the target.
     """
-    free = torch.ones(logits.shape[:-1], dtype=torch.bool, device=logits.device)  # (...)
+    if where is None:
+        free = torch.ones(logits.shape[:-1], dtype=torch.bool, device=logits.device)  # (...)
+    else:
+        free = where.to(device=logits.device, dtype=torch.bool).clone()  # (...)
+        used = where.bool().cpu()
+        allowed = {p: ids for p, ids in allowed.items() if used[p]}
     if allowed:
         positions, ids, sub, real = _gather_allowed(logits, allowed)  # (P, A)
         free[positions] = False

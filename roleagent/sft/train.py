@@ -93,7 +93,7 @@ def sft_step_loss(policy: Policy, batch: list[EncodedExample], micro_batch_token
         input_ids, attention, positions, targets, mask, keep = collate(
             micro, policy.tokenizer.pad_token_id, policy.device
         )
-        logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep)  # (B, K)
+        logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep, where=mask > 0)
         loss = -(logprobs * mask).sum() / n_tokens
         loss.backward()
         total += float(loss.detach())
@@ -237,7 +237,7 @@ def evaluate_loss(policy: Policy, examples: list[EncodedExample], micro_batch_to
             input_ids, attention, positions, targets, mask, keep = collate(
                 micro, policy.tokenizer.pad_token_id, policy.device
             )
-            logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep)
+            logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep, where=mask > 0)
             total += float(-(logprobs * mask).sum())
             tokens += int(mask.sum())
     return total / max(tokens, 1)

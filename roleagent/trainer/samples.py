@@ -148,14 +148,17 @@ def token_logprobs(
     with_entropy: bool | str = False,
     allowed: dict[tuple[int, int], list[int]] | None = None,
     probe: dict | None = None,
+    where: torch.Tensor | None = None,
 ):
     """Log-probs of ``targets`` (the last ``keep`` tokens of each row) and the entropy there
     (``with_entropy``: True; ``"metric"``: its value, without a graph; False: None); (B, K) each.
     Positions in ``allowed`` (:func:`allowed_positions`) use the distribution renormalised
     over their allowed tokens, as constrained decoding sampled them (entropy likewise).
+    ``where`` (B, K), boolean, names the positions whose values the caller reads (a loss
+    mask): the others are 0 and, on a plain head (:func:`output_head`), never computed.
     ``probe`` (diagnosis only: it syncs) receives whether the raw logits are finite and
     their largest finite magnitude."""
-    head = output_head(model) if allowed and probe is None else None
+    head = output_head(model) if (allowed or where is not None) and probe is None else None
     if head is not None:  # constrained positions: the LM head only on their allowed rows (HeadLogits)
         decoder, linear = head
         hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False)
@@ -169,7 +172,9 @@ def token_logprobs(
             probe["logits_absmax"] = float(logits.detach().abs().where(finite, 0.0).max()) if logits.numel() else 0.0
         if temperature > 0 and temperature != 1.0:
             logits = logits / temperature
-    logprobs, entropy = restricted_logprobs(logits, allowed or {}, targets, with_entropy=bool(with_entropy))
+    logprobs, entropy = restricted_logprobs(
+        logits, allowed or {}, targets, with_entropy=bool(with_entropy), where=where
+    )
     if with_entropy == "metric":  # the value only (optim.entropy_coef = 0): no graph through it
         entropy = entropy.detach()
     return logprobs, entropy  # (B, K) each
