@@ -16,11 +16,15 @@ every vocabulary row (``hidden @ Wᵀ``, what the model's forward computes) agai
 ``HeadLogits``, which computes only the allowed rows' (the update's path for constrained
 samples, ``roleagent.trainer.samples.token_logprobs``), with the backward into the hidden
 states and W (trained, or frozen as under LoRA), at the tiny test model's width (64) and
-the embedded model's (576). Checks
-that the log-probs agree (≤ 1e-5; the head ≤ 1e-4) and that greedy picks the same token;
-prints the times and their ratio.
+the embedded model's (576). Last, an SFT loss over chats (``--chat-rows`` × ``--chat-positions``
+free positions, a ``--loss-share`` of them loss-masked, as the observations between a chat's
+assistant turns are not): the head at every position and the mask applied after, against
+``restricted_logprobs(where=mask)``, which computes the rows of the loss positions only (what
+``roleagent.sft.train`` does). Checks that the log-probs agree (≤ 1e-5; the heads ≤ 1e-4) and
+that greedy picks the same token; prints the times and their ratio.
 
     python benchmarks/bench_constrained.py [--rows 16] [--allowed 9] [--batch 32] [--positions 8] [--hidden 64 576]
+        [--chat-rows 4] [--chat-positions 512] [--loss-share 0.2]
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--hidden", type=int, nargs="*", default=[64, 576], help="LM-head widths (tiny, embedded)")
+    parser.add_argument("--chat-rows", type=int, default=4)
+    parser.add_argument("--chat-positions", type=int, default=512)
+    parser.add_argument("--loss-share", type=float, default=0.2, help="share of a chat's positions in the SFT loss")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -146,6 +153,34 @@ def main(argv=None) -> None:
         print(f"LM head + trainer log-probs + backward, {b} x {k} constrained positions, H = {hidden_size}, {what}:")
         print(f"  every row of W (B·K·V logits):  {t_ref * 1e3:8.1f} ms")
         print(f"  the allowed rows (HeadLogits):  {t_new * 1e3:8.1f} ms   ratio {t_ref / t_new:.1f}x")
+
+    rows, positions = args.chat_rows, args.chat_positions
+    chat_targets = torch.randint(0, VOCAB, (rows, positions))
+    loss_mask = torch.rand(rows, positions, generator=torch.Generator().manual_seed(0)) < args.loss_share
+    for hidden_size in args.hidden:
+        hidden = (torch.randn(rows, positions, hidden_size) / hidden_size**0.5).requires_grad_(True)
+        weight = torch.randn(VOCAB, hidden_size, requires_grad=True)
+
+        def sft_step(masked: bool, hidden=hidden, weight=weight):
+            def run():
+                hidden.grad = weight.grad = None
+                z = HeadLogits(hidden, weight, None) if masked else hidden @ weight.T
+                logprobs, _ = restricted_logprobs(z, {}, chat_targets, where=loss_mask if masked else None)
+                (logprobs * loss_mask).sum().backward()
+                return logprobs.detach() * loss_mask
+
+            return run
+
+        dense, lazy = sft_step(False)(), sft_step(True)()
+        assert torch.allclose(dense, lazy, atol=1e-4), "the loss positions' head disagrees with the whole head"
+        t_ref = timed(sft_step(False), args.repeats)
+        t_new = timed(sft_step(True), args.repeats)
+        share = float(loss_mask.float().mean())
+        print(
+            f"SFT head + log-probs + backward, {rows} x {positions} chat positions ({share:.0%} in the loss), H = {hidden_size}:"
+        )
+        print(f"  every position:                 {t_ref * 1e3:8.1f} ms")
+        print(f"  the loss positions (where=):    {t_new * 1e3:8.1f} ms   ratio {t_ref / t_new:.1f}x")
 
 
 if __name__ == "__main__":

@@ -525,6 +525,8 @@ def test_where_computes_the_masked_positions_only_and_changes_none_of_them(lora_
     assert torch.allclose(masked[0][mask > 0], whole[0][mask > 0], atol=1e-5)
     assert len(masked[1]) == len(whole[1]) > 0
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(masked[1], whole[1]))
+    nothing = run(torch.zeros_like(mask, dtype=torch.bool))  # a micro-batch with no loss token still back-propagates
+    assert (nothing[0] == 0).all() and all((g == 0).all() for g in nothing[1])
     monkeypatch.setattr(samples_module, "output_head", lambda model: None)  # dense logits, same values
     dense = run(mask > 0)
     assert torch.equal(dense[0] == 0, masked[0] == 0)
