@@ -153,7 +153,12 @@ def main(argv=None) -> None:
         print(f"LM head + trainer log-probs + backward, {b} x {k} constrained positions, H = {hidden_size}, {what}:")
         print(f"  every row of W (B·K·V logits):  {t_ref * 1e3:8.1f} ms")
         print(f"  the allowed rows (HeadLogits):  {t_new * 1e3:8.1f} ms   ratio {t_ref / t_new:.1f}x")
+    sft_heads(args)
 
+
+def sft_heads(args) -> None:
+    """An SFT loss over chats: the head at every position, the mask applied after, against
+    ``restricted_logprobs(where=mask)`` (module docstring)."""
     rows, positions = args.chat_rows, args.chat_positions
     chat_targets = torch.randint(0, VOCAB, (rows, positions))
     loss_mask = torch.rand(rows, positions, generator=torch.Generator().manual_seed(0)) < args.loss_share
