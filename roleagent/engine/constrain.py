@@ -255,8 +255,9 @@ def restricted_logprobs(
         free = torch.ones(logits.shape[:-1], dtype=torch.bool, device=logits.device)  # (...)
     else:
         free = where.to(device=logits.device, dtype=torch.bool).clone()  # (...)
-        used = where.bool().cpu()
-        allowed = {p: ids for p, ids in allowed.items() if used[p]}
+        if allowed:  # constrained positions outside ``where`` are skipped too
+            used = free.cpu()
+            allowed = {p: ids for p, ids in allowed.items() if used[p]}
     if allowed:
         positions, ids, sub, real = _gather_allowed(logits, allowed)  # (P, A)
         free[positions] = False

@@ -159,7 +159,7 @@ def token_logprobs(
     ``probe`` (diagnosis only: it syncs) receives whether the raw logits are finite and
     their largest finite magnitude."""
     head = output_head(model) if (allowed or where is not None) and probe is None else None
-    if head is not None:  # constrained positions: the LM head only on their allowed rows (HeadLogits)
+    if head is not None:  # the LM head only on the rows read: allowed ids, ``where`` (HeadLogits)
         decoder, linear = head
         hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False)
         logits = HeadLogits(hidden.last_hidden_state[:, -keep - 1 : -1, :], linear.weight, linear.bias, temperature)
