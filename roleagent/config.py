@@ -214,6 +214,11 @@ class TrainConfig:
     iterations: int = setting(2, "training iterations")
     checkpoint_every: int = setting(1, "save a resumable checkpoint every k iterations")
     threads: int = setting(0, "torch CPU threads (0: all cores; 1 per process when processes share the cores)")
+    release_memory: bool = setting(
+        True,
+        "after each phase (evaluation, SFT, rollout, update), give freed heap pages back to the operating "
+        "system (garbage collection, then glibc's malloc_trim; roleagent.trainer.memory)",
+    )
     report_to: list = setting(
         ["jsonl"],
         "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "

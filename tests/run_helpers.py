@@ -94,7 +94,11 @@ def metrics(run_dir: Path) -> list[dict]:
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
         out.append(
-            {k: v for k, v in record.items() if "time" not in k and "rss" not in k and not k.startswith("speed/")}
+            {
+                k: v
+                for k, v in record.items()
+                if "time" not in k and "rss" not in k and not k.startswith(("memory/", "speed/"))
+            }
         )
     return out
 

@@ -14,6 +14,7 @@ from roleagent.config import ConfigError, load_config
 from roleagent.envs.workers import EnvPool
 from roleagent.methods.role_agent.wia import PREFIX, PredictionExtension, predictor_messages
 from roleagent.rollout import RolloutSettings, actor, run_episodes
+from roleagent.trainer.memory import resident_mb
 from tests import run_helpers
 
 
@@ -254,3 +255,26 @@ def test_weights_changed_after_each_update_and_after_a_restore(tmp_path, monkeyp
         assert trainer.start_iteration == 2 and len(calls) == 1  # the checkpoint restore
     finally:
         trainer.close()
+
+
+@pytest.mark.slow
+def test_the_store_is_emptied_after_each_evaluation_and_before_each_update(tmp_path):
+    """An evaluation panel's prompts never come back and a store is stale after the update,
+    so neither holds the store's memory afterwards; each phase reports its memory."""
+    trainer = run_helpers.Trainer(run_helpers.config(tmp_path, 2, ["rollout.prefix_cache_tokens=8192"]), quiet=True)
+    store = trainer.engine.prefix_cache
+    at_update, after_eval, update, evaluate = [], [], trainer.objective.update, trainer.evaluate
+    trainer.objective.update = lambda samples, rng: (at_update.append(store.tokens), update(samples, rng))[1]
+    trainer.evaluate = lambda label: (evaluate(label), after_eval.append(store.tokens))[0]
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    assert at_update == [0, 0] and after_eval == [0, 0]  # before, after
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "iteration" in r]
+    assert all(r["rollout/reused_prompt_tokens"] > 0 and r["rollout/prefix_cache_mib"] > 0 for r in trained)
+    if resident_mb() is not None:
+        phases = ("rollout_start", "rollout_peak", "update_start", "update_peak")
+        assert all(r[f"memory/{p}_mb"] > 0 for r in trained for p in phases)
+        assert all(r["memory/eval_peak_mb"] >= r["memory/eval_start_mb"] > 0 for r in records if "eval" in r)

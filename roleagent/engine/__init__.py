@@ -65,12 +65,25 @@ def loads_weights(name: str) -> bool:
     return getattr(engine_class(name), "loads_weights", True)
 
 
+def drop_prefix_kv(engine: Any) -> None:
+    """Drop the prefix KV an engine stores between calls (``HFEngine.clear_prefix_cache``;
+    engines without a store, plugins included, are left alone). What is generated does not
+    change, only what must be prefilled again: call it when the stored prompts will not come
+    back (an evaluation panel's) or are about to go stale (before an optimizer step), so the
+    store's memory (up to ``rollout.prefix_cache_tokens`` × 45 KiB for the embedded model) is
+    not held meanwhile."""
+    clear = getattr(engine, "clear_prefix_cache", None)
+    if clear is not None:
+        clear()
+
+
 __all__ = [
     "ENGINES",
     "Engine",
     "Generation",
     "SamplingParams",
     "create_engine",
+    "drop_prefix_kv",
     "engine_class",
     "engine_settings",
     "loads_weights",

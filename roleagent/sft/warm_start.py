@@ -86,14 +86,18 @@ def warm_start(trainer) -> None:
     if not (trainer.init_from == final and "base" not in _saved(out, ANALYST_EVALS)):
         _measure_analyst(trainer, "base", out)
     if not is_finished(out):
-        run_sft(trainer, out)
+        with trainer.memory.phase("sft"):  # the expert's play and the fine-tuning
+            run_sft(trainer, out)
     if trainer.init_from not in held:
         policy = trainer.policy
         dtype = next(policy.model.parameters()).dtype
-        copy_base_weights(policy, load_init_model(cfg.model.name, final, dtype=dtype))
+        with trainer.memory.phase("load_sft"):
+            copy_base_weights(policy, load_init_model(cfg.model.name, final, dtype=dtype))
         trainer.init_from = final
         trainer.engine.weights_changed()
         trainer.reset_objective()  # its KL reference and optimizer belong to the new weights
+    if memory := trainer.memory.metrics("sft", "load_sft"):
+        trainer.metrics.write({"warm_start": "memory", **memory})
     judge_warm_start(trainer)
     if cfg.eval.at_start:
         _evaluate(trainer, "sft", out)

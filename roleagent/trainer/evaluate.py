@@ -8,6 +8,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from roleagent.engine import drop_prefix_kv
 from roleagent.evaluation import replay_crashed, sample_seed
 from roleagent.fields import ConfigError
 from roleagent.rollout import run_episodes
@@ -24,11 +25,13 @@ def evaluate_panel(trainer, label: str, split: str, tasks: list[Task]) -> EvalRe
     cfg = trainer.cfg
     jobs = [(task, cfg.eval.seed) for task in tasks]
     generator_state = trainer.engine.get_rng_state()  # evaluation must not shift training randomness
-    trajectories, replays = play_panel(trainer, f"eval {label}", jobs, cfg.eval.temperature)
-    sampled = []
-    for s in range(cfg.eval.sampled):
-        trainer.engine.seed(sample_seed(cfg.eval.seed, s))
-        sampled.append(play_panel(trainer, f"eval {label} sample {s}", jobs, cfg.rollout.temperature)[0])
+    with trainer.memory.phase("eval"):
+        trajectories, replays = play_panel(trainer, f"eval {label}", jobs, cfg.eval.temperature)
+        sampled = []
+        for s in range(cfg.eval.sampled):
+            trainer.engine.seed(sample_seed(cfg.eval.seed, s))
+            sampled.append(play_panel(trainer, f"eval {label} sample {s}", jobs, cfg.rollout.temperature)[0])
+        drop_prefix_kv(trainer.engine)  # the panel's prompts do not come back in training
     trainer.engine.set_rng_state(generator_state)
     result = EvalResult.of(label, split, trajectories, trainer.pool.meta.table_columns, replays, sampled)
     trainer.evals.append(result)
@@ -36,7 +39,7 @@ def evaluate_panel(trainer, label: str, split: str, tasks: list[Task]) -> EvalRe
     dump_trajectories(trainer.run_dir, name, trajectories)
     if sampled:
         dump_trajectories(trainer.run_dir, f"{name}_sampled", [t for episodes in sampled for t in episodes])
-    trainer.metrics.write(result.record)
+    trainer.metrics.write({**result.record, **trainer.memory.metrics("eval")})
     return result
 
 

@@ -17,12 +17,11 @@ advantage estimator)::
 The stages are in ``roleagent.trainer.stages``, the methods in ``roleagent.methods``; this
 file knows no method by name (``docs/architecture.md``).
 
-Everything random draws from generators stored in the checkpoint, so a resumed run
-continues exactly where an uninterrupted one would be. The run directory's files are
-written exactly once: the checkpoint records how far ``metrics.jsonl`` (and each method's
-own files, in its state) had got, a resumed run cuts them back to that record (a run with
-no checkpoint yet starts them empty), and a run whose final evaluation is done is not run
-again. One trainer at a time holds ``run_dir/.lock``.
+Everything random draws from generators stored in the checkpoint, so a resumed run continues
+exactly where an uninterrupted one would be. The run directory's files are written once: the
+checkpoint records how far ``metrics.jsonl`` (and each method's own files) had got, a resumed
+run cuts them back to that record (no checkpoint yet: starts them empty), and a run whose final
+evaluation is done is not run again. One trainer at a time holds ``run_dir/.lock``.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from tqdm.auto import tqdm
 
 from roleagent.config import ConfigError, TrainConfig
 from roleagent.dynamic_sampling import collect_rounds
-from roleagent.engine import SamplingParams, create_engine, engine_settings
+from roleagent.engine import SamplingParams, create_engine, drop_prefix_kv, engine_settings
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
 from roleagent.models.hub import check_hub_model
@@ -60,6 +59,7 @@ from roleagent.trainer.checkpoint import (
 from roleagent.trainer.checks import prepare
 from roleagent.trainer.critic import NoCritic, build_critic
 from roleagent.trainer.evaluate import evaluate_panel
+from roleagent.trainer.memory import PhaseMemory
 from roleagent.trainer.methods import MethodContext, build_methods, method_classes
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
@@ -122,7 +122,7 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)  # task sampling and environment seeds
         self.shuffle_rng = random.Random(cfg.seed)  # mini-batch order
         self._build_stages(cfg)
-        self.metrics = MetricsWriter.from_config(cfg)
+        self.metrics, self.memory = MetricsWriter.from_config(cfg), PhaseMemory(release=cfg.release_memory)
         self.start_iteration = 0
         self.evals: list[EvalResult] = []
         self.resumed_from: Path | None = None
@@ -257,7 +257,7 @@ class Trainer:
 
         # 2. Collect and score (dynamic_sampling: more tasks until enough groups disagree) --
         t0 = time.perf_counter()
-        with self._progress(f"iter {iteration} rollout", self.max_steps) as bar:
+        with self.memory.phase("rollout"), self._progress(f"iter {iteration} rollout", self.max_steps) as bar:
             trained, score_metrics, sampling = collect_rounds(it, self.collector, self.scorer, self._jobs, cfg, bar)
         rollout_s = time.perf_counter() - t0
 
@@ -274,8 +274,10 @@ class Trainer:
 
         # 4. Critic and policy update ---------------------------------------------------------
         t0 = time.perf_counter()
-        critic_metrics = self.critic.update(it.batch, it.estimate)
-        update = self.objective.update(it.samples, self.shuffle_rng)
+        with self.memory.phase("update"):
+            drop_prefix_kv(self.engine)  # stale after the update anyway: its memory goes to the update
+            critic_metrics = self.critic.update(it.batch, it.estimate)
+            update = self.objective.update(it.samples, self.shuffle_rng)
         self.engine.weights_changed()  # stored prefix KV was computed with the old weights
         update_s = time.perf_counter() - t0
 
@@ -312,6 +314,7 @@ class Trainer:
             "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.extension_s, 1e-9),
             "speed/train_tokens_per_s": update.get("trained_tokens", 0) / max(update_s, 1e-9),
             "memory/peak_rss_mb": peak_rss_mb(),
+            **self.memory.metrics("rollout", "update"),
         }
 
     def _jobs(self, n: int) -> list[tuple[Task, int]]:
