@@ -31,6 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench_options import parse_arm  # NAME:KEY=VALUE,... (benchmarks/ is on the path)
+
 SHORT = [
     "eval.max_tasks=16",
     "eval.splits=[valid_seen]",
@@ -39,14 +41,6 @@ SHORT = [
     "iterations=1",
     "threads=1",
 ]
-
-
-def parse_arm(text: str) -> tuple[str, list[str]]:
-    """``"a:x=1,y=2"`` → ``("a", ["x=1", "y=2"])``; ``"shipped:"`` → ``("shipped", [])``."""
-    name, sep, sets = text.partition(":")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"an arm is NAME:KEY=VALUE,... (NAME: alone for none), not {text!r}")
-    return name, [s for s in sets.split(",") if s]
 
 
 def child(recipe: str, run_dir: str, sets: list[str]) -> None:
