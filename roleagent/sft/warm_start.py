@@ -96,8 +96,6 @@ def warm_start(trainer) -> None:
         trainer.init_from = final
         trainer.engine.weights_changed()
         trainer.reset_objective()  # its KL reference and optimizer belong to the new weights
-    if memory := trainer.memory.metrics("sft", "load_sft"):
-        trainer.metrics.write({"warm_start": "memory", **memory})
     judge_warm_start(trainer)
     if cfg.eval.at_start:
         _evaluate(trainer, "sft", out)

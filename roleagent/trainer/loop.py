@@ -314,7 +314,7 @@ class Trainer:
             "speed/generated_tokens_per_s": stats.generated_tokens / max(stats.generate_s + stats.extension_s, 1e-9),
             "speed/train_tokens_per_s": update.get("trained_tokens", 0) / max(update_s, 1e-9),
             "memory/peak_rss_mb": peak_rss_mb(),
-            **self.memory.metrics("rollout", "update"),
+            **self.memory.metrics(),  # rollout, update; sft and load_sft in the first one
         }
 
     def _jobs(self, n: int) -> list[tuple[Task, int]]:
