@@ -112,7 +112,7 @@ def report(arms: dict[str, dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="role_agent_alfworld")
-    parser.add_argument("--arm", type=parse_arm, action="append", required=True)
+    parser.add_argument("--arm", type=parse_arm, action="append", default=[])
     parser.add_argument("--short", nargs="*", default=SHORT, help="settings every arm starts from")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_memory"))
     parser.add_argument("--jobs", type=int, default=1)
@@ -121,12 +121,14 @@ def main() -> None:
     if args.child:
         child(args.recipe, args.child[0], args.child[1:])
         return
+    if not args.arm:
+        parser.error("name at least one --arm (the first is the reference)")
 
     def run(arm: tuple[str, list[str]]) -> None:
         name, sets = arm
         run_dir = args.out / name
         if not (run_dir / "bench_memory.json").is_file():
-            cmd = [sys.executable, __file__, "--recipe", args.recipe, "--arm", "x:", "--child", str(run_dir)]
+            cmd = [sys.executable, __file__, "--recipe", args.recipe, "--child", str(run_dir)]
             subprocess.run([*cmd, *args.short, *sets], check=True)
 
     with ThreadPoolExecutor(args.jobs) as pool:
