@@ -17,10 +17,13 @@ import re
 import pytest
 import torch
 
+from roleagent.algos.asl import parse_verdict
 from roleagent.engine.hf import Generation, HFEngine
 from roleagent.envs import EnvSpec, register_env
 from roleagent.envs.base import Environment, StepResult
 from roleagent.methods.asl.method import ASLMethod
+from roleagent.methods.asl.prompts import verdict_target
+from roleagent.methods.asl.roles import generate_turns, grm_chat, judge, role_task, verdict_replies
 from roleagent.types import Task
 from tests.run_helpers import Killed, metrics, rollouts, run
 from tests.test_metrics_doc import undocumented
@@ -106,6 +109,37 @@ ASL = [
     "eval.at_start=false",
     "seed=1",  # round 0 keeps questions whose two attempts split 1/0: a PG reward of ln 2
 ]
+
+
+def test_constrained_verdicts_are_the_two_replies_the_parser_reads(tiny_policy):
+    """``asl.grm_verdicts: constrained``: every verdict is one of the two replies, parsed;
+    the GRM phase's turns keep the allowed set of each position, so the update
+    renormalises over it (one branching position: the verdict word)."""
+    engine = HFEngine(tiny_policy, max_prompt_tokens=2048)
+    replies = verdict_replies(engine.tokenizer)
+    assert [engine.tokenizer.decode(r, skip_special_tokens=True) for r in replies] == [
+        verdict_target(1),
+        verdict_target(0),
+    ]
+    assert replies[0][-1] == replies[1][-1] == engine.tokenizer.eos_token_id
+    pairs = [("What is 1+1?", "2"), ("What is 1+1?", "4")] * 4
+    judged = judge(engine, pairs, with_system=True, max_new_tokens=16, temperature=1.0, constrained=True)
+    assert all(verdict in (0, 1) and text == verdict_target(verdict) for text, verdict in judged)
+    free = judge(engine, pairs[:2], with_system=True, max_new_tokens=16, temperature=1.0)
+    assert [parse_verdict(text) for text, _ in free] == [None, None]  # the random model's own text
+    record = {"question": "What is 1+1?", "response": "2", "label": 1}
+    settings = type("Settings", (), {"temperature": 1.0, "top_p": 1.0})
+    [turn] = generate_turns(
+        engine,
+        [(role_task("g", "tinyqa", "grm", record), 0)],
+        [grm_chat(record["question"], record["response"], True)],
+        max_new_tokens=16,
+        settings=settings,
+        replies=replies,
+    )
+    step = turn.steps[0]
+    assert step.action_ids in replies and len(step.action_allowed) == len(step.action_ids)
+    assert [len(a) for a in step.action_allowed].count(2) == 1 and max(len(a) for a in step.action_allowed) == 2
 
 
 def _rows(run_dir, round_index, name):

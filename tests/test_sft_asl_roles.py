@@ -68,7 +68,7 @@ class Recording:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def generate(self, prompts, sampling):
+    def generate(self, prompts, sampling, allowed=None):
         self.prompts += [list(p) for p in prompts]
         self.sampling.append(sampling)
         return [Generation(list(p), [1], [0.0], self.text, True) for p in prompts]

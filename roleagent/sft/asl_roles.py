@@ -82,7 +82,7 @@ from roleagent.algos.asl import EASIER, HARDER, parse_verdict
 from roleagent.engine.base import SamplingParams
 from roleagent.envs.search.env import task_answers, task_question
 from roleagent.envs.search.text import exact_match, normalize_answer
-from roleagent.methods.asl.prompts import PG_SYSTEM, meta_prompt, parse_pair, role_chat
+from roleagent.methods.asl.prompts import PG_SYSTEM, meta_prompt, parse_pair, role_chat, verdict_target
 from roleagent.methods.asl.roles import grm_chat
 from roleagent.sft.data import ChatExample, encode_example
 from roleagent.sft.predictor import Competence
@@ -108,15 +108,6 @@ def pair_target(question: str, answer: str) -> str:
     '<question>\\nQ?\\n</question>\\n<answer>\\nA\\n</answer>'
     """
     return f"<question>\n{question}\n</question>\n<answer>\n{answer}\n</answer>"
-
-
-def verdict_target(label: int) -> str:
-    """The GRM's reply for a label (Figure 12's format).
-
-    >>> verdict_target(0)
-    '<answer>\\nconclusion: wrong\\n</answer>'
-    """
-    return f"<answer>\nconclusion: {'correct' if label else 'wrong'}\n</answer>"
 
 
 def topic_of(task: Task) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roleagent.fields import at_least, setting, within
+from roleagent.fields import at_least, one_of, setting, within
 
 #: Fifty broad topics for the iteration-0 meta prompt ("Please generate a question about {topic}").
 TOPICS = [
@@ -68,6 +68,15 @@ class ASLConfig:
     )
     pg_max_new_tokens: int = setting(256, "token limit of one generated question-answer turn")
     grm_max_new_tokens: int = setting(256, "token limit of one GRM judgement")
+    grm_verdicts: str = setting(
+        "free",
+        "how the GRM writes a verdict: free (its own text, read by the verdict parser) or constrained "
+        "(decoded among the two replies the parser reads, '<answer> conclusion: correct </answer>' and "
+        "'... wrong ...', so the GRM is a distribution over the two verdicts, as constrained actions make "
+        "the policy one over commands; for a model that does not write the format, e.g. the 135M "
+        "backbone untrained). Applies to the K checks, the verdicts on the policy, the GRM phase and "
+        "the per-round measurement",
+    )
     judge_temperature: float = setting(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
     system_prompts: bool = setting(
         True,
@@ -98,5 +107,6 @@ RULES = {
     "asl.grm_eval_questions": at_least(0),
     "asl.pg_max_new_tokens": at_least(8),
     "asl.grm_max_new_tokens": at_least(8),
+    "asl.grm_verdicts": one_of("free", "constrained"),
     "asl.judge_temperature": at_least(0),
 }

@@ -42,6 +42,7 @@ from roleagent.methods.asl.roles import (
     judge,
     question_task,
     role_task,
+    verdict_replies,
     verification_pairs,
 )
 from roleagent.rollout import RolloutStats, run_episodes
@@ -121,7 +122,12 @@ class ASLMethod(Method):
             records = [t.metadata["asl"] for t, _ in jobs]
             chats = [grm_chat(r["question"], r["response"], cfg.system_prompts) for r in records]
             limit = cfg.grm_max_new_tokens
-        trajectories = generate_turns(ctx.engine, jobs, chats, max_new_tokens=limit, settings=ctx.settings)
+        replies = (
+            verdict_replies(ctx.engine.tokenizer) if self.phase == "grm" and cfg.grm_verdicts == "constrained" else None
+        )
+        trajectories = generate_turns(
+            ctx.engine, jobs, chats, max_new_tokens=limit, settings=ctx.settings, replies=replies
+        )
         stats = RolloutStats(
             generate_s=time.perf_counter() - started,
             turns=len(trajectories),
@@ -152,11 +158,12 @@ class ASLMethod(Method):
     def _judge(self, pairs):
         cfg = self.config
         return judge(
-            self.context.chat,
+            self.context.engine,
             pairs,
             with_system=cfg.system_prompts,
             max_new_tokens=cfg.grm_max_new_tokens,
             temperature=cfg.judge_temperature,
+            constrained=cfg.grm_verdicts == "constrained",
         )
 
     def _score_policy(self, trajectories: list[Trajectory]) -> dict[str, float]:
@@ -338,11 +345,12 @@ class ASLMethod(Method):
             self._grm_eval = verification_pairs(env.tasks(ctx.cfg.env.eval_split), env, cfg.grm_eval_questions)
         records = self._grm_eval
         judged = judge(
-            ctx.chat,
+            ctx.engine,
             [(r["question"], r["response"]) for r in records],
             with_system=cfg.system_prompts,
             max_new_tokens=cfg.grm_max_new_tokens,
             temperature=0.0,
+            constrained=cfg.grm_verdicts == "constrained",
         )
         rows = [{**r, "verdict": v, "text": text} for r, (text, v) in zip(records, judged)]
         self.files.append(self.round, "grm_eval.jsonl", rows)

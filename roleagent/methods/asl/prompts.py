@@ -100,6 +100,18 @@ Think it through, then draw your conclusion in the following format:
 conclusion: correct/wrong
 </answer>"""
 
+
+def verdict_target(label: int) -> str:
+    """The GRM's reply for a label (Figure 12's format), the text :func:`roleagent.algos.asl.parse_verdict`
+    reads as that label: the warm start's target and, with ``asl.grm_verdicts: constrained``,
+    one of the two replies the GRM may write.
+
+    >>> verdict_target(0)
+    '<answer>\\nconclusion: wrong\\n</answer>'
+    """
+    return f"<answer>\nconclusion: {'correct' if label else 'wrong'}\n</answer>"
+
+
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL | re.IGNORECASE)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 

@@ -9,19 +9,27 @@ from typing import Any
 
 from roleagent.algos.asl import parse_verdict
 from roleagent.engine import SamplingParams
-from roleagent.methods.asl.prompts import GRM_SYSTEM, GRM_USER, role_chat
+from roleagent.methods.asl.prompts import GRM_SYSTEM, GRM_USER, role_chat, verdict_target
 from roleagent.types import Step, Task, Trajectory
 
 
 def generate_turns(
-    engine, jobs: Sequence[tuple[Task, int]], chats: Sequence[list[dict]], *, max_new_tokens: int, settings
+    engine,
+    jobs: Sequence[tuple[Task, int]],
+    chats: Sequence[list[dict]],
+    *,
+    max_new_tokens: int,
+    settings,
+    replies: list[list[int]] | None = None,
 ) -> list[Trajectory]:
     """One single-step trajectory per job: the chat's prompt ids, the generated ids and
     their log-probs, sampled as the rollouts sample (``settings``: temperature, top-p), so
-    the update's π_old matches."""
+    the update's π_old matches. ``replies``: the token sequences every turn must be one of
+    (constrained decoding; each position's allowed set is kept on the step, so the update
+    renormalises over it as for constrained actions), None for free text."""
     prompts = [engine.encode_chat(chat) for chat in chats]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=settings.temperature, top_p=settings.top_p)
-    generations = engine.generate(prompts, params)
+    generations = engine.generate(prompts, params, None if replies is None else [replies] * len(prompts))
     out = []
     for (task, seed), chat, generation in zip(jobs, chats, generations):
         step = Step(
@@ -33,6 +41,7 @@ def generate_turns(
             prompt_ids=list(generation.prompt_ids),
             action_ids=list(generation.ids),
             action_logprobs=list(generation.logprobs),
+            action_allowed=generation.allowed,
             done=True,
             info={"truncated": generation.truncated},
         )
@@ -45,16 +54,37 @@ def grm_chat(question: str, completion: str, with_system: bool) -> list[dict[str
     return role_chat(GRM_SYSTEM, GRM_USER.format(question=question, completion=completion), with_system)
 
 
+def verdict_replies(tokenizer) -> list[list[int]]:
+    """The token ids of the two replies the verdict parser reads (correct, then wrong),
+    each ending with the end-of-turn token as the GRM's free turn and its warm-start
+    target do: what a constrained GRM (``asl.grm_verdicts: constrained``) chooses between.
+    They share their first tokens, so the choice is made at the verdict word."""
+    return [
+        [*tokenizer(verdict_target(label), add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+        for label in (1, 0)
+    ]
+
+
 def judge(
-    chat, pairs: Sequence[tuple[str, str]], *, with_system: bool, max_new_tokens: int, temperature: float
+    engine,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    with_system: bool,
+    max_new_tokens: int,
+    temperature: float,
+    constrained: bool = False,
 ) -> list[tuple[str, int | None]]:
-    """The GRM's ``(text, verdict)`` for each (question, answer) pair, in one batch."""
+    """The GRM's ``(text, verdict)`` for each (question, answer) pair, in one batch;
+    ``constrained``: each reply is one of :func:`verdict_replies`."""
     if not pairs:
         return []
-    texts = chat(
-        [grm_chat(q, a, with_system) for q, a in pairs], max_new_tokens=max_new_tokens, temperature=temperature
+    prompts = [engine.encode_chat(grm_chat(q, a, with_system)) for q, a in pairs]
+    replies = verdict_replies(engine.tokenizer) if constrained else None
+    allowed = None if replies is None else [replies] * len(prompts)
+    generations = engine.generate(
+        prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature), allowed
     )
-    return [(text, parse_verdict(text)) for text in texts]
+    return [(g.text, parse_verdict(g.text)) for g in generations]
 
 
 def question_of(task: Task, env: Any) -> str:
