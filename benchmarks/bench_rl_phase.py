@@ -1,0 +1,177 @@
+"""Does the main job's RL phase keep what SFT gave? Arms of the RL phase alone, each run from
+the same SFT checkpoint for several seeds, compared game by game with the checkpoint's own
+evaluation on the same panels.
+
+The main job (``roleagent train role_agent_alfworld``) evaluates its panels after SFT and
+after RL. Its RL phase alone is the same recipe with ``sft.enabled=false`` and
+``model.init_from=RUN/sft/final``: seeded as the job, it replays the job's RL phase exactly
+(the same training successes, KL and panel outcomes; checked on the main job's run 3). So
+arms that change a few RL settings can be compared from one start without repeating the SFT
+or its evaluation::
+
+    python benchmarks/bench_rl_phase.py --reference runs/role_agent_alfworld --seeds 0 1 2 --jobs 2 \\
+        --arm shipped: --arm meannorm:algo.norm=mean_norm --out runs/bench_rl_phase
+
+An arm is ``NAME:KEY=VALUE,...`` (``NAME:`` alone: the recipe as it is); run ``NAME_sSEED``
+goes to ``--out``. The start is the reference run's ``--label`` evaluation (``sft``) of each
+split, read with its per-game outcomes from its ``metrics.jsonl``. Per arm and split:
+
+- the after-RL success of each seed (k/48) and pooled over seeds with a 95% Wilson interval;
+- games lost (solved at the start, failed after) and won, summed over seeds;
+- a paired test with the game as its unit: each game's after-RL success rate over the seeds
+  against its start outcome (``roleagent.stats.paired_rate_test``; the seeds of one game
+  share their start, so they are not independent pairs), with a one-word verdict;
+- the same test against the first arm;
+- per seed, the training successes, optimizer steps and KL of each iteration.
+
+A finished run (its last evaluation written) is not played again; ``--summarize`` only
+tabulates what ``--out`` holds. Writes ``OUT/results.json`` and ``OUT/table.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench_options import parse_arm
+
+from roleagent.stats import format_rate, paired_rate_test
+
+
+def evaluations(run_dir: Path, label: str) -> dict[str, list[bool | None]]:
+    """``{split: per-game outcomes}`` of the run's ``label`` evaluation (the last of that label)."""
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if record.get("eval") == label:
+            out[record["split"]] = [None if x is None else bool(x) for x in record["eval/outcomes"]]
+    return out
+
+
+def training(run_dir: Path) -> list[dict]:
+    """Per iteration: training successes of episodes, optimizer steps, KL to the start."""
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if "iteration" in record:
+            rows.append(
+                {
+                    "successes": f"{record['train/successes']}/{record['train/episodes']}",
+                    "steps": record.get("update/optimizer_steps", 0),
+                    "kl": record.get("update/kl", 0.0),
+                }
+            )
+    return rows
+
+
+def run_arm(recipe: str, init_from: Path, sets: list[str], seed: int, run_dir: Path, splits: list[str]) -> None:
+    """One RL phase in its own process (skipped when ``run_dir`` holds every split's after-RL evaluation)."""
+    if (run_dir / "metrics.jsonl").is_file() and set(evaluations(run_dir, "after")) >= set(splits):
+        return
+    command = [sys.executable, "-m", "roleagent.cli", "train", recipe, "--set", "sft.enabled=false"]
+    for setting in ["eval.at_start=false", f"model.init_from={init_from}", f"seed={seed}", f"run_dir={run_dir}", *sets]:
+        command += ["--set", setting]
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{run_dir}.log", "w") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
+    """The markdown report (module docstring) of ``{arm: {seed: {"after": ..., "train": ...}}}``."""
+    arms, first = list(results), next(iter(results))
+    seeds = sorted(set.intersection(*(set(runs) for runs in results.values())))
+    lines = [f"Seeds {', '.join(map(str, seeds))}. k/n = success [95% Wilson interval], in %.", ""]
+    for split, before in start.items():
+        lines += [
+            f"**{split}**, start {format_rate(sum(x is True for x in before), len(before))}",
+            "",
+            "| arm | after, per seed | after, pooled | lost / won (summed over seeds) | "
+            f"vs start, per game | vs {first}, per game |",
+            "|---|---|---|---|---|---|",
+        ]
+        for arm in arms:
+            after = [results[arm][s]["after"][split] for s in seeds]
+            per_seed = ", ".join(str(sum(x is True for x in a)) for a in after)
+            solved, played = sum(x is True for a in after for x in a), sum(x is not None for a in after for x in a)
+            lost = sum(b is True and a[g] is False for a in after for g, b in enumerate(before))
+            won = sum(b is False and a[g] is True for a in after for g, b in enumerate(before))
+            rates = _rates(after)
+            versus = (
+                "-"
+                if arm == first
+                else str(paired_rate_test(_rates([results[first][s]["after"][split] for s in seeds]), rates))
+            )
+            start_rates = [(int(b is True), int(b is not None)) for b in before]
+            lines.append(
+                f"| {arm} | {per_seed} | {format_rate(solved, played)} | {lost} / {won} | "
+                f"{paired_rate_test(start_rates, rates)} | {versus} |"
+            )
+        lines.append("")
+    lines += ["| arm | seed | per iteration: training successes, optimizer steps, KL |", "|---|---|---|"]
+    for arm in arms:
+        for s in seeds:
+            cells = "; ".join(f"{r['successes']}, {r['steps']}, {r['kl']:.2g}" for r in results[arm][s]["train"])
+            lines.append(f"| {arm} | {s} | {cells} |")
+    return "\n".join(lines)
+
+
+def _rates(outcomes: list[list[bool | None]]) -> list[tuple[int, int]]:
+    """Per game, (successes, played episodes) over the seeds' outcome lists."""
+    return [
+        (sum(o[g] is True for o in outcomes), sum(o[g] is not None for o in outcomes)) for g in range(len(outcomes[0]))
+    ]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reference", type=Path, required=True, help="the run whose SFT this starts from")
+    parser.add_argument("--label", default="sft", help="its evaluation that is the start")
+    parser.add_argument("--init-from", type=Path, help="the checkpoint (default: REFERENCE/sft/final)")
+    parser.add_argument("--recipe", default="role_agent_alfworld")
+    parser.add_argument("--arm", action="append", type=parse_arm, required=True, metavar="NAME:KEY=VALUE,...")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--set", action="append", default=["threads=1"], metavar="KEY=VALUE", help="every arm's override"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one torch thread each by default)")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_rl_phase"))
+    parser.add_argument("--summarize", action="store_true", help="only tabulate the finished runs in --out")
+    args = parser.parse_args(argv)
+    if len({name for name, _ in args.arm}) != len(args.arm):
+        parser.error("arm names must differ")
+    start = evaluations(args.reference, args.label)
+    if not start:
+        parser.error(f"{args.reference}/metrics.jsonl has no {args.label!r} evaluation")
+    init_from = args.init_from or args.reference / "sft" / "final"
+    jobs = [(name, sets, seed) for seed in args.seeds for name, sets in args.arm]
+    if not args.summarize:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            done = [
+                pool.submit(
+                    run_arm, args.recipe, init_from, [*args.set, *sets], seed, args.out / f"{name}_s{seed}", list(start)
+                )
+                for name, sets, seed in jobs
+            ]
+            for future in done:
+                future.result()
+    results: dict[str, dict[int, dict]] = {}
+    for name, _, seed in jobs:
+        run_dir = args.out / f"{name}_s{seed}"
+        after = evaluations(run_dir, "after") if (run_dir / "metrics.jsonl").is_file() else {}
+        if set(after) >= set(start):
+            results.setdefault(name, {})[seed] = {"after": after, "train": training(run_dir)}
+    report = table(start, results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(
+        json.dumps({"arms": dict(args.arm), "start": start, "results": results}, indent=1)
+    )
+    (args.out / "table.md").write_text(report + "\n")
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""benchmarks/bench_rl_phase.py's reading and table: the start read from the reference run's
+evaluation, lost and won games summed over seeds, the per-game test against the start and
+against the first arm, and a run that finished is not played again."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_rl_phase  # noqa: E402
+
+
+def _run(run_dir: Path, label: str, outcomes: dict[str, list], train: list[dict] = ()) -> Path:
+    run_dir.mkdir(parents=True)
+    records = [*train, *({"eval": label, "split": s, "eval/outcomes": o} for s, o in outcomes.items())]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
+    start = {"seen": [1, 1, 0, 0], "unseen": [0, 0, 0, 1]}
+    reference = _run(tmp_path / "ref", "sft", start)
+    train = [
+        {"iteration": 0, "train/successes": 3, "train/episodes": 16, "update/optimizer_steps": 8, "update/kl": 0.0014}
+    ]
+    for seed, seen in enumerate([[0, 1, 0, 0], [0, 1, 1, 0]]):
+        _run(tmp_path / "out" / f"a_s{seed}", "after", {"seen": seen, "unseen": [0, 0, 0, 1]}, train)
+        _run(tmp_path / "out" / f"b_s{seed}", "after", {"seen": [1, 1, 0, 0], "unseen": [0, 0, None, 1]}, train)
+    assert bench_rl_phase.evaluations(reference, "sft") == {
+        "seen": [True, True, False, False],
+        "unseen": [False, False, False, True],
+    }
+    args = [
+        "--reference",
+        str(reference),
+        "--seeds",
+        "0",
+        "1",
+        "--arm",
+        "a:",
+        "--arm",
+        "b:x=1",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    bench_rl_phase.main([*args, "--summarize"])
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "**seen**, start 2/4 = 50.0%" in table
+    # a lost game 0 on both seeds and won game 2 on seed 1: per game, rates 0/2 and 1/2 against
+    # 1 and 0, so d = -1 and +0.5 over 4 games: -12.5 points
+    assert (
+        "| a | 1, 2 | 3/8 = 37.5% [13.7, 69.4] | 2 / 1 | -12.5 points, 1 up 1 down of 4, p=1: unresolved | - |" in table
+    )
+    assert (
+        "| b | 2, 2 | 4/8 = 50.0% [21.5, 78.5] | 0 / 0 | +0.0 points, 0 up 0 down of 4, p=1: unchanged | +12.5 points"
+        in table
+    )
+    assert "| b | 1, 1 | 2/6 = 33.3% [9.7, 70.0] | 0 / 0 |" in table  # unseen: the crashed game left out
+    assert "| a | 0 | 3/16, 8, 0.0014 |" in table
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["arms"] == {"a": [], "b": ["x=1"]}
+
+    bench_rl_phase.main(args)  # every run finished: nothing is played again (no roleagent process starts)
+    assert not list((tmp_path / "out").glob("*.log"))
