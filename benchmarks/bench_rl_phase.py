@@ -13,7 +13,10 @@ or its evaluation::
         --arm shipped: --arm meannorm:algo.norm=mean_norm --out runs/bench_rl_phase
 
 An arm is ``NAME:KEY=VALUE,...`` (``NAME:`` alone: the recipe as it is); run ``NAME_sSEED``
-goes to ``--out``. The start is the reference run's ``--label`` evaluation (``sft``) of each
+goes to ``--out``. One key is the benchmark's own, a control: ``shuffle_advantages=true``
+permutes each iteration's non-zero advantages among their samples (the same samples train,
+with the same magnitudes, each with another sample's advantage), an update of the same size
+without the signal: ``--arm shuffled:shuffle_advantages=true``. The start is the reference run's ``--label`` evaluation (``sft``) of each
 split, read with its per-game outcomes from its ``metrics.jsonl``. Per arm and split:
 
 - the after-RL success of each seed (k/48) and pooled over seeds with a 95% Wilson interval;
@@ -68,16 +71,47 @@ def training(run_dir: Path) -> list[dict]:
     return rows
 
 
+SHUFFLE = "shuffle_advantages=true"
+
+
 def run_arm(recipe: str, init_from: Path, sets: list[str], seed: int, run_dir: Path, splits: list[str]) -> None:
     """One RL phase in its own process (skipped when ``run_dir`` holds every split's after-RL evaluation)."""
     if (run_dir / "metrics.jsonl").is_file() and set(evaluations(run_dir, "after")) >= set(splits):
         return
-    command = [sys.executable, "-m", "roleagent.cli", "train", recipe, "--set", "sft.enabled=false"]
-    for setting in ["eval.at_start=false", f"model.init_from={init_from}", f"seed={seed}", f"run_dir={run_dir}", *sets]:
-        command += ["--set", setting]
+    settings = ["sft.enabled=false", "eval.at_start=false", f"model.init_from={init_from}", f"seed={seed}"]
+    command = [sys.executable, __file__, "--child", recipe, *[*settings, f"run_dir={run_dir}", *sets]]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{run_dir}.log", "w") as log:
         subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def child(recipe: str, sets: list[str]) -> None:
+    """The run itself: ``roleagent train RECIPE --set ...``'s Trainer, with the advantages
+    shuffled when the arm says so (module docstring)."""
+    import numpy as np
+
+    import roleagent.trainer.loop as loop
+    from roleagent.config import load_config
+    from roleagent.trainer import Trainer
+
+    if SHUFFLE in sets:
+        sets = [s for s in sets if s != SHUFFLE]
+        rng, estimate = np.random.default_rng(1000 + load_config(recipe, sets).seed), loop.compute_advantages
+
+        def shuffled(batch, cfg, settings=None):
+            out = estimate(batch, cfg, settings)
+            value = np.array(out.value, copy=True)
+            trained = np.flatnonzero(value)
+            value[trained] = rng.permutation(value[trained])
+            out.value = value
+            return out
+
+        loop.compute_advantages = shuffled
+    trainer = Trainer(load_config(recipe, sets), resume=False)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
 
 
 def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
@@ -127,6 +161,9 @@ def _rates(outcomes: list[list[bool | None]]) -> list[tuple[int, int]]:
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(argv[1], argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reference", type=Path, required=True, help="the run whose SFT this starts from")
     parser.add_argument("--label", default="sft", help="its evaluation that is the start")

@@ -66,3 +66,19 @@ def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
 
     bench_rl_phase.main(args)  # every run finished: nothing is played again (no roleagent process starts)
     assert not list((tmp_path / "out").glob("*.log"))
+
+
+def test_the_shuffled_control_trains_the_same_samples_with_permuted_advantages(tmp_path):
+    """``shuffle_advantages=true``: the same samples train as in the plain run (the draws
+    are the same seed's), their advantages permuted: the same multiset, another order."""
+
+    def advantages(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "rollouts" / "iter_000000.jsonl").read_text().splitlines()]
+        return [s["extras"]["algo"]["advantage"] for r in rows for s in r["steps"]]
+
+    sets = ["iterations=1", "eval.sampled=0", "env.kwargs.n_tasks=2"]
+    bench_rl_phase.child("signpost_probe", [*sets, f"run_dir={tmp_path / 'plain'}"])
+    bench_rl_phase.child("signpost_probe", [*sets, f"run_dir={tmp_path / 'shuffled'}", bench_rl_phase.SHUFFLE])
+    plain, shuffled = advantages(tmp_path / "plain"), advantages(tmp_path / "shuffled")
+    assert sorted(plain) == sorted(shuffled) and plain != shuffled
+    assert [a == 0 for a in plain] == [a == 0 for a in shuffled]  # the same samples train
