@@ -115,42 +115,48 @@ def child(recipe: str, sets: list[str]) -> None:
 
 
 def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
-    """The markdown report (module docstring) of ``{arm: {seed: {"after": ..., "train": ...}}}``."""
-    arms, first = list(results), next(iter(results))
-    seeds = sorted(set.intersection(*(set(runs) for runs in results.values())))
-    lines = [f"Seeds {', '.join(map(str, seeds))}. k/n = success [95% Wilson interval], in %.", ""]
+    """The markdown report (module docstring) of ``{arm: {seed: {"after": ..., "train": ...}}}``:
+    each arm over its finished seeds, an arm against the first over the seeds both finished."""
+    arms, first = list(results), next(iter(results), None)
+    lines = [
+        "k/n = success [95% Wilson interval], in %. Seeds: " + "; ".join(f"{a} {_seeds(results[a])}" for a in arms),
+        "",
+    ]
     for split, before in start.items():
         lines += [
             f"**{split}**, start {format_rate(sum(x is True for x in before), len(before))}",
             "",
             "| arm | after, per seed | after, pooled | lost / won (summed over seeds) | "
-            f"vs start, per game | vs {first}, per game |",
+            f"vs start, per game | vs {first}, per game (common seeds) |",
             "|---|---|---|---|---|---|",
         ]
+        start_rates = [(int(b is True), int(b is not None)) for b in before]
         for arm in arms:
-            after = [results[arm][s]["after"][split] for s in seeds]
+            after = [results[arm][s]["after"][split] for s in sorted(results[arm])]
             per_seed = ", ".join(str(sum(x is True for x in a)) for a in after)
             solved, played = sum(x is True for a in after for x in a), sum(x is not None for a in after for x in a)
             lost = sum(b is True and a[g] is False for a in after for g, b in enumerate(before))
             won = sum(b is False and a[g] is True for a in after for g, b in enumerate(before))
-            rates = _rates(after)
-            versus = (
-                "-"
-                if arm == first
-                else str(paired_rate_test(_rates([results[first][s]["after"][split] for s in seeds]), rates))
-            )
-            start_rates = [(int(b is True), int(b is not None)) for b in before]
+            common = sorted(set(results[arm]) & set(results[first]))
+            versus = "-"
+            if arm != first and common:
+                pair = [_rates([results[a][s]["after"][split] for s in common]) for a in (first, arm)]
+                versus = f"{paired_rate_test(*pair)} (seeds {_seeds(common)})"
             lines.append(
                 f"| {arm} | {per_seed} | {format_rate(solved, played)} | {lost} / {won} | "
-                f"{paired_rate_test(start_rates, rates)} | {versus} |"
+                f"{paired_rate_test(start_rates, _rates(after))} | {versus} |"
             )
         lines.append("")
     lines += ["| arm | seed | per iteration: training successes, optimizer steps, KL |", "|---|---|---|"]
     for arm in arms:
-        for s in seeds:
-            cells = "; ".join(f"{r['successes']}, {r['steps']}, {r['kl']:.2g}" for r in results[arm][s]["train"])
-            lines.append(f"| {arm} | {s} | {cells} |")
+        for seed in sorted(results[arm]):
+            cells = "; ".join(f"{r['successes']}, {r['steps']}, {r['kl']:.2g}" for r in results[arm][seed]["train"])
+            lines.append(f"| {arm} | {seed} | {cells} |")
     return "\n".join(lines)
+
+
+def _seeds(seeds) -> str:
+    return ", ".join(map(str, sorted(seeds)))
 
 
 def _rates(outcomes: list[list[bool | None]]) -> list[tuple[int, int]]:

@@ -30,6 +30,7 @@ def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
     for seed, seen in enumerate([[0, 1, 0, 0], [0, 1, 1, 0]]):
         _run(tmp_path / "out" / f"a_s{seed}", "after", {"seen": seen, "unseen": [0, 0, 0, 1]}, train)
         _run(tmp_path / "out" / f"b_s{seed}", "after", {"seen": [1, 1, 0, 0], "unseen": [0, 0, None, 1]}, train)
+    _run(tmp_path / "out" / "c_s0", "after", {"seen": [1, 1, 0, 0], "unseen": [0, 0, 0, 1]}, train)  # seed 1 unfinished
     assert bench_rl_phase.evaluations(reference, "sft") == {
         "seen": [True, True, False, False],
         "unseen": [False, False, False, True],
@@ -44,6 +45,8 @@ def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
         "a:",
         "--arm",
         "b:x=1",
+        "--arm",
+        "c:",
         "--out",
         str(tmp_path / "out"),
     ]
@@ -60,11 +63,14 @@ def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
         in table
     )
     assert "| b | 1, 1 | 2/6 = 33.3% [9.7, 70.0] | 0 / 0 |" in table  # unseen: the crashed game left out
+    assert "| c | 2 | 2/4 = 50.0% [15.0, 85.0] | 0 / 0 |" in table  # its one finished seed
+    assert "+25.0 points, 1 up 0 down of 4, p=1: unresolved (seeds 0) |" in table  # c vs a on seed 0 only
+    assert "Seeds: a 0, 1; b 0, 1; c 0" in table
     assert "| a | 0 | 3/16, 8, 0.0014 |" in table
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["arms"] == {"a": [], "b": ["x=1"]}
+    assert results["arms"] == {"a": [], "b": ["x=1"], "c": []}
 
-    bench_rl_phase.main(args)  # every run finished: nothing is played again (no roleagent process starts)
+    bench_rl_phase.main(args[:-4] + args[-2:])  # arms a and b, every run finished: no process starts
     assert not list((tmp_path / "out").glob("*.log"))
 
 
