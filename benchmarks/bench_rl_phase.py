@@ -94,9 +94,10 @@ def child(recipe: str, sets: list[str]) -> None:
     from roleagent.config import load_config
     from roleagent.trainer import Trainer
 
+    estimate = loop.compute_advantages
     if SHUFFLE in sets:
         sets = [s for s in sets if s != SHUFFLE]
-        rng, estimate = np.random.default_rng(1000 + load_config(recipe, sets).seed), loop.compute_advantages
+        rng = np.random.default_rng(1000 + load_config(recipe, sets).seed)
 
         def shuffled(batch, cfg, settings=None):
             out = estimate(batch, cfg, settings)
@@ -107,11 +108,14 @@ def child(recipe: str, sets: list[str]) -> None:
             return out
 
         loop.compute_advantages = shuffled
-    trainer = Trainer(load_config(recipe, sets), resume=False)
     try:
-        trainer.run()
+        trainer = Trainer(load_config(recipe, sets), resume=False)
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        loop.compute_advantages = estimate  # the process may go on (a test calls this)
 
 
 def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:

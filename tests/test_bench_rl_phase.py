@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_rl_phase  # noqa: E402
 
+import roleagent.trainer.loop as loop  # noqa: E402
+
 
 def _run(run_dir: Path, label: str, outcomes: dict[str, list], train: list[dict] = ()) -> Path:
     run_dir.mkdir(parents=True)
@@ -82,9 +84,11 @@ def test_the_shuffled_control_trains_the_same_samples_with_permuted_advantages(t
         rows = [json.loads(line) for line in (run_dir / "rollouts" / "iter_000000.jsonl").read_text().splitlines()]
         return [s["extras"]["algo"]["advantage"] for r in rows for s in r["steps"]]
 
+    estimator = loop.compute_advantages
     sets = ["iterations=1", "eval.sampled=0", "env.kwargs.n_tasks=2"]
     bench_rl_phase.child("signpost_probe", [*sets, f"run_dir={tmp_path / 'plain'}"])
     bench_rl_phase.child("signpost_probe", [*sets, f"run_dir={tmp_path / 'shuffled'}", bench_rl_phase.SHUFFLE])
+    assert loop.compute_advantages is estimator  # restored: later runs in this process are not shuffled
     plain, shuffled = advantages(tmp_path / "plain"), advantages(tmp_path / "shuffled")
     assert sorted(plain) == sorted(shuffled) and plain != shuffled
     assert [a == 0 for a in plain] == [a == 0 for a in shuffled]  # the same samples train
