@@ -74,9 +74,14 @@ def training(run_dir: Path) -> list[dict]:
 SHUFFLE = "shuffle_advantages=true"
 
 
+def finished(run_dir: Path, splits) -> bool:
+    """The run wrote its after-RL evaluation of every split."""
+    return (run_dir / "metrics.jsonl").is_file() and set(evaluations(run_dir, "after")) >= set(splits)
+
+
 def run_arm(recipe: str, init_from: Path, sets: list[str], seed: int, run_dir: Path, splits: list[str]) -> None:
     """One RL phase in its own process (skipped when ``run_dir`` holds every split's after-RL evaluation)."""
-    if (run_dir / "metrics.jsonl").is_file() and set(evaluations(run_dir, "after")) >= set(splits):
+    if finished(run_dir, splits):
         return
     settings = ["sft.enabled=false", "eval.at_start=false", f"model.init_from={init_from}", f"seed={seed}"]
     command = [sys.executable, __file__, "--child", recipe, *[*settings, f"run_dir={run_dir}", *sets]]
@@ -208,9 +213,8 @@ def main(argv=None) -> None:
     results: dict[str, dict[int, dict]] = {}
     for name, _, seed in jobs:
         run_dir = args.out / f"{name}_s{seed}"
-        after = evaluations(run_dir, "after") if (run_dir / "metrics.jsonl").is_file() else {}
-        if set(after) >= set(start):
-            results.setdefault(name, {})[seed] = {"after": after, "train": training(run_dir)}
+        if finished(run_dir, start):
+            results.setdefault(name, {})[seed] = {"after": evaluations(run_dir, "after"), "train": training(run_dir)}
     report = table(start, results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(

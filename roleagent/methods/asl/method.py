@@ -155,14 +155,15 @@ class ASLMethod(Method):
             out.append({"answer": answer, "grm_text": text, "verdict": verdict, "score": score})
         return out
 
-    def _judge(self, pairs):
+    def _judge(self, pairs, temperature: float | None = None):
+        """The GRM's (text, verdict) per pair, at ``asl.judge_temperature`` unless told."""
         cfg = self.config
         return judge(
             self.context.engine,
             pairs,
             with_system=cfg.system_prompts,
             max_new_tokens=cfg.grm_max_new_tokens,
-            temperature=cfg.judge_temperature,
+            temperature=cfg.judge_temperature if temperature is None else temperature,
             constrained=cfg.grm_verdicts == "constrained",
         )
 
@@ -344,14 +345,7 @@ class ASLMethod(Method):
             env = ctx.pool.meta
             self._grm_eval = verification_pairs(env.tasks(ctx.cfg.env.eval_split), env, cfg.grm_eval_questions)
         records = self._grm_eval
-        judged = judge(
-            ctx.engine,
-            [(r["question"], r["response"]) for r in records],
-            with_system=cfg.system_prompts,
-            max_new_tokens=cfg.grm_max_new_tokens,
-            temperature=0.0,
-            constrained=cfg.grm_verdicts == "constrained",
-        )
+        judged = self._judge([(r["question"], r["response"]) for r in records], temperature=0.0)
         rows = [{**r, "verdict": v, "text": text} for r, (text, v) in zip(records, judged)]
         self.files.append(self.round, "grm_eval.jsonl", rows)
         return _mean([r["verdict"] == r["label"] for r in rows]) if rows else None
