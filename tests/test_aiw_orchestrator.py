@@ -9,6 +9,7 @@ import pytest
 
 from roleagent.config import ConfigError, from_dict
 from roleagent.methods.role_agent.aiw import AgentInWorld, AIWConfig
+from roleagent.methods.role_agent.aiw.prompts import ANALYSIS_ANSWER_PREFIX, RETRIEVAL_ANSWER_PREFIX
 from roleagent.types import Step, Task, Trajectory
 
 TAXONOMY = ("missing_precondition", "wrong_target_location", "navigation_loop", "action_format_error")
@@ -312,3 +313,32 @@ def test_method_makes_one_bounded_call_per_role(tmp_path):
     assert m["n_failures"] == 6 and m1["n_failures"] == 6
     assert calls[0] == (6, 256) and calls[1][1] == 160 and calls[2] == (6, 256) and calls[3][1] == 160
     assert len(calls) == 4 and calls[3][0] == m1["n_retrieval_queries"] == 6
+
+
+def test_llm_retriever_sees_the_best_candidates_whose_prompt_fits(tmp_path):
+    """Within a prompt limit (``fits``) the retriever is shown the highest-ranked candidates
+    whose Figure-9 prompt fits, not a prompt the engine cuts from the front; the analyst's
+    prompt is measured with its own answer prefix."""
+    prompts, asked = {}, []
+    for limit in (None, 4):
+        aiw = new_aiw(tmp_path / str(limit), top_k=1)
+        llm = ScriptedLLM(selection="[1]")
+        aiw.process_failures([make_traj(TRAIN[i]) for i in range(9)], iteration=0, generate=llm, diagnose=None)
+
+        def fits(messages, prefix, limit=limit):
+            shown = messages[1]["content"].count('"TASK":')
+            asked.append((limit, prefix, shown))
+            return "diagnosing" in messages[0]["content"] or shown <= limit
+
+        later = ScriptedLLM(selection="[1]")
+        m = aiw.process_failures(
+            [make_traj(TRAIN[9])], iteration=1, generate=later, diagnose=None, fits=None if limit is None else fits
+        )
+        user = later.calls[-1][0][1]["content"]
+        prompts[limit] = [line for line in user.splitlines() if line.startswith("[")]
+        assert m["n_retrieval_fallback"] == 0 and m["n_candidates_mean"] == len(prompts[limit])
+        aiw.close()
+    assert len(prompts[None]) > 4 and prompts[4] == prompts[None][:4]
+    retrieval = [(prefix, shown) for _, prefix, shown in asked if shown]
+    assert retrieval == [(RETRIEVAL_ANSWER_PREFIX, n) for n in range(len(prompts[None]), 3, -1)]
+    assert (4, ANALYSIS_ANSWER_PREFIX, 0) in asked

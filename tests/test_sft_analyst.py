@@ -16,12 +16,18 @@ from test_metrics_doc import run_keys, undocumented
 
 from roleagent.config import load_config
 from roleagent.engine.base import Generation
+from roleagent.engine.chat import encode_chat, prompt_fits
 from roleagent.engine.hf import HFEngine
 from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY
 from roleagent.envs.workers import EnvPool
 from roleagent.fields import ConfigError
 from roleagent.methods.role_agent.aiw.method import AgentInWorldMethod
-from roleagent.methods.role_agent.aiw.prompts import ANALYSIS_ANSWER_PREFIX, ANALYSIS_STOP_AFTER_PREFIX
+from roleagent.methods.role_agent.aiw.prompts import (
+    ANALYSIS_ANSWER_PREFIX,
+    ANALYSIS_STOP_AFTER_PREFIX,
+    analysis_messages,
+    render_trajectory,
+)
 from roleagent.methods.role_agent.aiw.roles import parse_answer
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.models.loading import load_policy
@@ -238,3 +244,67 @@ def test_warm_start_trains_and_measures_the_analyst(tmp_path):
     assert [r["analyst"] for r in measured] == ["base", "sft"]
     assert all(r["aiw_analyst/failures"] == len(held_out) for r in measured)
     assert undocumented(run_keys(tmp_path / "run")) == set()
+
+
+def long_failure(seen: int) -> Trajectory:
+    """An ALFWorld failure of 12 steps whose Figure-8 prompt is over 1024 tokens at the
+    default budget; each observation lists ``seen`` × 3 receptacles (8: clipped to 400
+    characters, the text over the budget; 3: the text within it, as in the main job)."""
+    task = Task(id="alfworld/easy/train/pick_and_place_simple/0002", env="alfworld", metadata={})
+    seen = ", ".join(f"a drawer {i}, a shelf {i}, a cabinet {i}" for i in range(1, seen + 1))
+    steps_ = [
+        Step(
+            observation=f"You arrive at cabinet {i}. You see {seen}.", state_key=i, action_text=a, action=a, valid=True
+        )
+        for i, a in enumerate([f"go to cabinet {i}" for i in range(1, 13)])
+    ]
+    return Trajectory(task=task, steps=steps_, success=False, instruction="Your task is to: put a pen in shelf.")
+
+
+@pytest.mark.parametrize("seen", [8, 3])
+def test_a_long_failure_is_shortened_to_the_prompt_limit_not_cut_from_the_front(engine, tmp_path, seen):
+    """An engine keeps a long prompt's last tokens, which would drop the system message and
+    the instructions with the taxonomy; the analyst's prompt (example and AIW alike) instead
+    shortens the trajectory until the whole prompt fits."""
+    small = HFEngine(engine.policy, max_prompt_tokens=1024)
+    aiw = AIWConfig(enabled=True, analyst="policy", retriever="bm25")
+    failure = long_failure(seen)
+    args = (FAILURE_TAXONOMY, aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt)
+    whole = analysis_messages(failure, *args)
+    assert len(encode_chat(small.tokenizer, whole, response_prefix=ANALYSIS_ANSWER_PREFIX)) > 1024
+    fits = prompt_fits(small)
+    fit = functools.partial(fits, response_prefix=ANALYSIS_ANSWER_PREFIX)
+    diagnosis = {"dominant_type": "repetitive_exploration", "detail": "d", "critical_step": 11}
+    (example,) = analyst_examples([failure], FAILURE_TAXONOMY, aiw, diagnose=lambda t: diagnosis, fits=fits)
+    prompt = encode_example(small, example).prompts[-1]
+    assert len(prompt) <= 1024
+    instructions, case = whole[1]["content"].split("## Task Context")
+    text = example.messages[1]["content"]
+    assert example.messages[0] == whole[0] and text.startswith(instructions + "## Task Context")
+    assert text.count("OBSERVATION (step") < case.count("OBSERVATION (step")
+    # the budget shrank to a tenth below the text it had rendered, and no further than it had to
+    budget, shrinks = aiw.analysis_chars, 0
+    while not fit(messages := analysis_messages(failure, FAILURE_TAXONOMY, budget, *args[2:])):
+        budget, shrinks = (
+            min(budget, len(render_trajectory(failure, budget, aiw.observation_chars))) * 9 // 10,
+            shrinks + 1,
+        )
+    assert shrinks > 0 and example.messages[:-1] == messages
+    # and the AIW prompts the policy with these ids
+    target = example.messages[-1]["content"][len(ANALYSIS_ANSWER_PREFIX) :]
+    recorder = AnsweringEngine(small, {tuple(prompt): target})
+    context = SimpleNamespace(
+        train_tasks=[failure.task],
+        run_dir=tmp_path,
+        pool=SimpleNamespace(meta=SimpleNamespace(failure_taxonomy=FAILURE_TAXONOMY), diagnose=lambda t: diagnosis),
+        engine=recorder,
+        chat=functools.partial(Trainer.chat, SimpleNamespace(engine=recorder)),
+    )
+    method = AgentInWorldMethod(context, aiw)
+    try:
+        m = method.after_iteration([failure], iteration=0)
+    finally:
+        method.close()
+    assert recorder.prompts == [prompt] and m["n_parse_fallback"] == 0
+    # without a tokenizer (a scripted engine) nothing is measured
+    assert prompt_fits(SimpleNamespace()) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 from roleagent.envs.safety import sanitize_text
 
@@ -103,6 +104,23 @@ def _break_in(node, specials: re.Pattern[str]):
 
 
 _ANCHOR = "\ue002"  # private-use character: stands for an assistant turn's content
+
+
+PromptFits = Callable[[list[dict], str], bool]
+
+
+def prompt_fits(engine) -> PromptFits | None:
+    """``fits(messages, response_prefix)``: whether that chat prompt is within
+    ``engine.max_prompt_tokens`` as :func:`encode_chat` encodes it, before the engine's
+    guard keeps a long prompt's last tokens; for callers that shorten their own prompts
+    (Agent-In-World's analyst and retriever). ``None`` for an engine without a tokenizer or
+    a limit (a scripted one)."""
+    tokenizer, limit = getattr(engine, "tokenizer", None), getattr(engine, "max_prompt_tokens", None)
+    if tokenizer is None or not limit:
+        return None
+    return lambda messages, response_prefix="": (
+        len(encode_chat(tokenizer, messages, response_prefix=response_prefix)) <= limit
+    )
 
 
 def encode_followup(tokenizer, messages: list[dict], *, response_prefix: str = "") -> list[int]:

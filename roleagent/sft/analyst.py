@@ -6,7 +6,7 @@ held-out measure of that competence.
 **Examples.** For a failed, uncrashed trajectory τ with a rule diagnosis d
 (``τ.diagnosis``, else ``Environment.diagnose(τ)``: what the AIW analyst falls back to),
 the prompt is the analyst's: ``analysis_messages(τ, taxonomy, aiw.analysis_chars,
-aiw.observation_chars, aiw.analyst_prompt)``, its answer started with
+aiw.observation_chars, aiw.analyst_prompt, fits)`` within the engine's prompt limit, its answer started with
 ``ANALYSIS_ANSWER_PREFIX`` when ``aiw.answer_prefix`` is on; encoded, it is
 ``engine.encode_chat(messages, response_prefix=prefix)``, the prompt ``Trainer.chat``
 gives the policy in ``AgentInWorldMethod.after_iteration``, token for token
@@ -70,7 +70,7 @@ from typing import Any
 from roleagent.engine.base import SamplingParams
 from roleagent.methods.role_agent.aiw.prompts import _clip, analysis_messages, task_instruction
 from roleagent.methods.role_agent.aiw.reflection import rule_reflection
-from roleagent.methods.role_agent.aiw.roles import analyst_prefix, analyst_stop, parse_answer
+from roleagent.methods.role_agent.aiw.roles import Fits, analyst_prefix, analyst_stop, parse_answer
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.sft.data import ChatExample, encode_example
 from roleagent.types import Trajectory
@@ -153,9 +153,11 @@ def analyst_examples(
     taxonomy: Sequence[str],
     aiw: AIWConfig,
     diagnose: Callable[[Trajectory], dict[str, Any] | None] | None = None,
+    fits: Fits | None = None,
 ) -> list[ChatExample]:
     """One example per failed, uncrashed trajectory with a rule diagnosis (module
-    docstring); successes, crashes and undiagnosed failures give none."""
+    docstring); successes, crashes and undiagnosed failures give none. ``fits``: the
+    engine's prompt limit, as the AIW applies it (``roleagent.engine.chat.prompt_fits``)."""
     prefix = analyst_prefix(aiw)
     out = []
     for trajectory in trajectories:
@@ -164,8 +166,9 @@ def analyst_examples(
         diagnosis = trajectory.diagnosis or (diagnose(trajectory) if diagnose is not None else None)
         if not diagnosis:
             continue
+        fit = None if fits is None else (lambda m: fits(m, prefix))
         messages = analysis_messages(
-            trajectory, taxonomy, aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt
+            trajectory, taxonomy, aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt, fit
         )
         target = analysis_target(trajectory, diagnosis, taxonomy)
         ref = rule_reflection(diagnosis, taxonomy)
@@ -295,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
 
     from roleagent.config import load_config
+    from roleagent.engine.chat import prompt_fits
     from roleagent.sft.role_cli import load_engine, role_parser
     from roleagent.sft.sources import read_examples
     from roleagent.trainer.checks import prepare
@@ -307,14 +311,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
     cfg = prepare(load_config(args.recipe, args.set))
+    _, engine = load_engine(cfg)
     if args.command == "data":
+        fits = prompt_fits(engine)
         counts = write_data(
-            cfg, args.rollouts, args.valid_rollouts, args.out, valid_games=args.valid_games, per_game_cap=args.per_game
+            cfg,
+            args.rollouts,
+            args.valid_rollouts,
+            args.out,
+            valid_games=args.valid_games,
+            per_game_cap=args.per_game,
+            fits=fits,
         )
         print(json.dumps(counts))
         return 0
     examples = read_examples(args.examples)[: args.limit or None]
-    _, engine = load_engine(cfg)
     result = analyst_competence(engine, examples, env_taxonomy(cfg), cfg.aiw, temperature=args.temperature)
     if args.rows:
         with open(args.rows, "w") as f:
@@ -359,8 +370,11 @@ def per_game(examples: Sequence[ChatExample], n: int) -> list[ChatExample]:
     return out
 
 
-def write_data(cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game_cap: int = 0) -> dict[str, int]:
-    """The ``data`` command (:data:`USAGE`); returns the counts of what it wrote."""
+def write_data(
+    cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game_cap: int = 0, fits=None
+) -> dict[str, int]:
+    """The ``data`` command (:data:`USAGE`; ``fits``: the engine's prompt limit); returns the
+    counts of what it wrote."""
     from pathlib import Path
 
     import numpy as np
@@ -380,7 +394,7 @@ def write_data(cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game
         for t in train + valid:
             t.task = known.get(t.task.id, t.task)  # with its payload: the env finds the game's ground truth
         taxonomy = pool.meta.failure_taxonomy
-        made = analyst_examples(train + valid, taxonomy, cfg.aiw, diagnose=pool.diagnose)
+        made = analyst_examples(train + valid, taxonomy, cfg.aiw, diagnose=pool.diagnose, fits=fits)
     made = per_game(made, per_game_cap)
     parts = {"analyst.jsonl": [x for x in made if x.meta["task"] not in held]}
     parts["analyst_valid.jsonl"] = [x for x in made if x.meta["task"] in held]

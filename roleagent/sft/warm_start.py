@@ -37,6 +37,7 @@ import json
 import sys
 from pathlib import Path
 
+from roleagent.engine.chat import prompt_fits
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
 from roleagent.rollout import run_episodes
 from roleagent.sft import analyst as analyst_sft
@@ -177,7 +178,11 @@ def play_analyst_data(trainer, out: Path) -> None:
         jobs = [(t, cfg.seed + k) for t in games for k in range(sft.analyst_episodes)]
         played = run_episodes(engine=trainer.engine, pool=trainer.pool, jobs=jobs, settings=trainer.settings)[0]
         made = analyst_sft.analyst_examples(
-            played, trainer.pool.meta.failure_taxonomy, cfg.aiw, diagnose=trainer.pool.diagnose
+            played,
+            trainer.pool.meta.failure_taxonomy,
+            cfg.aiw,
+            diagnose=trainer.pool.diagnose,
+            fits=prompt_fits(trainer.engine),
         )
         key = name.removesuffix(".jsonl")
         counts[key + "_episodes"], counts[key + "_examples"] = len(played), write_examples(out / name, made)

@@ -58,7 +58,15 @@ from roleagent.methods.role_agent.aiw.memory import FailureMemory
 from roleagent.methods.role_agent.aiw.prompts import task_instruction
 from roleagent.methods.role_agent.aiw.reflection import Reflection, trajectory_summary
 from roleagent.methods.role_agent.aiw.retrieval import Retriever
-from roleagent.methods.role_agent.aiw.roles import Diagnose, Generate, NewFailure, analyse, retrieve, round_robin
+from roleagent.methods.role_agent.aiw.roles import (
+    Diagnose,
+    Fits,
+    Generate,
+    NewFailure,
+    analyse,
+    retrieve,
+    round_robin,
+)
 from roleagent.methods.role_agent.aiw.sampler import TaskSampler
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.types import Trajectory
@@ -141,13 +149,17 @@ class AgentInWorld:
         generate: Generate | None = None,
         diagnose: Diagnose | None = None,
         retrieval_generate: Generate | None = None,
+        fits: Fits | None = None,
     ) -> dict[str, float]:
         """Analyse this iteration's failed training trajectories and reshape p_𝒟.
 
         ``generate``: batched chat completion (list of message lists → list of strings),
         used by the analyst ("policy"/"llm") and, unless ``retrieval_generate`` is given,
         by the retriever ("policy"/"llm"). ``diagnose``: the environment's rule-based
-        diagnosis (analyst "rule", and the fallback of an unusable LLM answer).
+        diagnosis (analyst "rule", and the fallback of an unusable LLM answer). ``fits``:
+        whether a role's prompt is within ``generate``'s prompt limit
+        (:func:`roleagent.engine.chat.prompt_fits`): the analyst's trajectory text and the
+        retriever's candidate list shrink until it is.
         """
         t_start = time.perf_counter()
         cfg = self.config
@@ -172,11 +184,11 @@ class AgentInWorld:
 
         # 1. analyst ------------------------------------------------------------
         t0 = time.perf_counter()
-        reflections, raws = analyse(chosen, cfg, self.taxonomy, generate, diagnose, m)
+        reflections, raws = analyse(chosen, cfg, self.taxonomy, generate, diagnose, m, fits)
         m["time_analysis_s"] = time.perf_counter() - t0
 
         new, selections = self._file_and_retrieve(
-            chosen, reflections, raws, iteration, retrieval_generate or generate, m
+            chosen, reflections, raws, iteration, retrieval_generate or generate, m, fits
         )
         self._reweight(new, selections, m)
         self.last_iteration = int(iteration)
@@ -191,6 +203,7 @@ class AgentInWorld:
         iteration: int,
         generate: Generate | None,
         m: dict[str, float],
+        fits: Fits | None = None,
     ) -> tuple[list[NewFailure], list[list[Any]]]:
         """Steps 2–4 as one transaction: file the reflections, retrieve similar tasks, record
         the picks. An exception (e.g. from ``generate``) rolls the memory back and leaves the
@@ -211,7 +224,7 @@ class AgentInWorld:
             m["n_failures"] = float(len(new))
 
             t0 = time.perf_counter()
-            selections = retrieve(self.retriever, new, generate, self.config, m)
+            selections = retrieve(self.retriever, new, generate, self.config, m, fits)
             m["time_retrieval_s"] = time.perf_counter() - t0
 
             method = "llm" if self.retriever.uses_llm else self.retriever.mode

@@ -15,13 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from roleagent.engine.base import SamplingParams
+from roleagent.engine.chat import prompt_fits
 from roleagent.methods.role_agent.aiw.agent_in_world import AgentInWorld
-from roleagent.methods.role_agent.aiw.prompts import (
-    RETRIEVAL_ANSWER_PREFIX,
-    RETRIEVAL_STOP,
-    RETRIEVAL_STOP_AFTER_PREFIX,
-)
-from roleagent.methods.role_agent.aiw.roles import analyst_prefix, analyst_stop
+from roleagent.methods.role_agent.aiw.roles import analyst_prefix, analyst_stop, retriever_prefix, retriever_stop
 from roleagent.trainer.methods import Method
 from roleagent.types import Task
 
@@ -90,6 +86,7 @@ class AgentInWorldMethod(Method):
             trajectories,
             iteration=iteration,
             diagnose=self.context.pool.diagnose,
+            fits=prompt_fits(engine),
             generate=self._role(
                 cfg.analysis_max_new_tokens,
                 cfg.reflection_temperature,
@@ -99,8 +96,8 @@ class AgentInWorldMethod(Method):
             retrieval_generate=self._role(
                 cfg.retrieval_max_new_tokens,
                 0.0,
-                RETRIEVAL_STOP_AFTER_PREFIX if cfg.answer_prefix else RETRIEVAL_STOP,
-                response_prefix=RETRIEVAL_ANSWER_PREFIX if cfg.answer_prefix else "",
+                retriever_stop(cfg),
+                response_prefix=retriever_prefix(cfg),
             ),
         )
         metrics["prefix_reused_tokens"] = float(getattr(engine, "reused_prompt_tokens", 0) - reused_before)
@@ -112,7 +109,6 @@ class AgentInWorldMethod(Method):
         returned with its ``response_prefix``, as if the model had written it; the prompts'
         shared prefix is prefilled once first (:func:`prime_shared_prefix`)."""
         chat, engine = self.context.chat, getattr(self.context, "engine", None)
-        stop = stop if self.config.stop_at_close else ()  # analyst_stop(cfg) already is
 
         def generate(conversations):
             prime_shared_prefix(engine, conversations, response_prefix)

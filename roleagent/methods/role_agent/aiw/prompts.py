@@ -20,7 +20,10 @@ Deviations from the paper's templates, on purpose:
 * The trajectory is rendered in the case-study format of Figure 10
   (``OBSERVATION (step t)`` / ``AGENT_ACTION (step t)``) and bounded by a character
   budget (the paper feeds "all interaction sequences"; a 50-step ALFWorld episode does not
-  fit a small model's context, so long ones keep their first and last steps).
+  fit a small model's context, so long ones keep their first and last steps). Given the
+  engine's prompt limit (``fits``), that budget shrinks until the whole prompt fits: an
+  engine keeps a long prompt's last tokens, which would cut the system message and
+  Figure 8's instructions, the taxonomy among them, from the front.
 * Layout ``shared_first`` (the default, ``aiw.analyst_prompt``) puts Figure 8's
   instructions before the failure instead of after it, so that every prompt of an
   iteration starts with the same tokens; ``paper`` keeps the figure's order.
@@ -33,7 +36,7 @@ Deviations from the paper's templates, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from roleagent.types import Trajectory
 
@@ -79,6 +82,9 @@ RETRIEVAL_QUERY: [the query for the retrieval stage]
 #: prompts of one batch share a long token prefix (the system message and the instructions)
 #: whose KV an engine with prefix reuse prefills once; ``paper`` keeps Figure 8's order.
 ANALYSIS_LAYOUTS = ("shared_first", "paper")
+
+#: The smallest trajectory budget :func:`analysis_messages` shrinks to (a few steps).
+MIN_TRAJECTORY_CHARS = 400
 
 #: Where the policy analyst's answer starts (prefilled, not generated, when
 #: ``aiw.answer_prefix`` is on) and where it ends (a stop string at the closing tag).
@@ -216,21 +222,32 @@ def analysis_messages(
     budget_chars: int = 3000,
     obs_chars: int = 400,
     layout: str = "paper",
+    fits: Callable[[Messages], bool] | None = None,
 ) -> Messages:
     """Figure 8 as chat messages for one failed trajectory; ``layout`` is one of
-    :data:`ANALYSIS_LAYOUTS` (the same text in another order)."""
+    :data:`ANALYSIS_LAYOUTS` (the same text in another order).
+
+    ``fits`` (e.g. :func:`roleagent.engine.chat.prompt_fits`) says whether a prompt is
+    within the engine's limit; while it is not, the trajectory is rendered again with a
+    budget a tenth below the length of its last text, down to
+    :data:`MIN_TRAJECTORY_CHARS`. Worked example: the main job's ALFWorld failures (12
+    steps, 1,620–1,920 characters of trajectory, within 3000) make prompts of 1,016–1,108
+    tokens with the embedded tokenizer, over a 1024-token limit; shortened to 1,320–1,660
+    characters (one or two middle steps left out) they fit."""
     if layout not in ANALYSIS_LAYOUTS:
         raise ValueError(f"analysis prompt layout must be one of {ANALYSIS_LAYOUTS}, got {layout!r}")
     labels = ", ".join(taxonomy) if taxonomy else "a short snake_case label of your choice"
     if taxonomy and "other" not in taxonomy:
         labels += " (or other)"
-    case = ANALYSIS_CASE.format(
-        task_description=task_instruction(trajectory),
-        trajectory_description=render_trajectory(trajectory, budget_chars, obs_chars),
-    )
     instructions = ANALYSIS_INSTRUCTIONS.format(taxonomy=labels)
-    parts = (instructions, case) if layout == "shared_first" else (case, instructions)
-    return [{"role": "system", "content": ANALYST_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    while True:
+        text = render_trajectory(trajectory, budget_chars, obs_chars)
+        case = ANALYSIS_CASE.format(task_description=task_instruction(trajectory), trajectory_description=text)
+        parts = (instructions, case) if layout == "shared_first" else (case, instructions)
+        messages = [{"role": "system", "content": ANALYST_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+        if fits is None or budget_chars <= MIN_TRAJECTORY_CHARS or fits(messages):
+            return messages
+        budget_chars = max(min(budget_chars, len(text)) * 9 // 10, MIN_TRAJECTORY_CHARS)
 
 
 def retrieval_messages(

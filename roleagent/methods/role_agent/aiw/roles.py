@@ -14,6 +14,9 @@ from roleagent.methods.role_agent.aiw.prompts import (
     ANALYSIS_ANSWER_PREFIX,
     ANALYSIS_STOP,
     ANALYSIS_STOP_AFTER_PREFIX,
+    RETRIEVAL_ANSWER_PREFIX,
+    RETRIEVAL_STOP,
+    RETRIEVAL_STOP_AFTER_PREFIX,
     analysis_messages,
 )
 from roleagent.methods.role_agent.aiw.reflection import (
@@ -29,6 +32,9 @@ from roleagent.types import Trajectory
 Messages = list[dict[str, str]]
 Generate = Callable[[list[Messages]], list[str]]
 Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
+#: ``fits(messages, response_prefix)``: whether a role's prompt is within the engine's
+#: prompt limit (:func:`roleagent.engine.chat.prompt_fits`).
+Fits = Callable[[Messages, str], bool]
 #: (failure id, trajectory, reflection) of a failure filed this iteration.
 NewFailure = tuple[int, Trajectory, Reflection]
 
@@ -54,6 +60,18 @@ def analyst_stop(cfg: AIWConfig) -> tuple[str, ...]:
     return ANALYSIS_STOP_AFTER_PREFIX if cfg.answer_prefix else ANALYSIS_STOP
 
 
+def retriever_prefix(cfg: AIWConfig) -> str:
+    """Where the policy retriever's answer starts (prefilled with ``aiw.answer_prefix``)."""
+    return RETRIEVAL_ANSWER_PREFIX if cfg.answer_prefix else ""
+
+
+def retriever_stop(cfg: AIWConfig) -> tuple[str, ...]:
+    """The policy retriever's stop strings, as :func:`analyst_stop`."""
+    if not cfg.stop_at_close:
+        return ()
+    return RETRIEVAL_STOP_AFTER_PREFIX if cfg.answer_prefix else RETRIEVAL_STOP
+
+
 def parse_answer(answer: str, taxonomy: Sequence[str], cfg: AIWConfig) -> Reflection | None:
     """``parse_reflection``, except that an answer we started (``aiw.answer_prefix``) whose
     type maps to no label counts as unparsable: the ``DOMINANT_TYPE:`` key is ours, not the
@@ -73,10 +91,12 @@ def analyse(
     generate: Generate | None,
     diagnose: Diagnose | None,
     m: dict[str, float],
+    fits: Fits | None = None,
 ) -> tuple[list[Reflection], list[str]]:
     """The analyst role: one reflection per trajectory and the raw answers. ``"policy"`` /
-    ``"llm"`` ask ``generate`` (Figure 8); an unusable answer, and analyst ``"rule"``,
-    take the rule diagnosis (the trajectory's, else ``diagnose``), else a heuristic."""
+    ``"llm"`` ask ``generate`` (Figure 8, within the prompt limit ``fits``); an unusable
+    answer, and analyst ``"rule"``, take the rule diagnosis (the trajectory's, else
+    ``diagnose``), else a heuristic."""
     if not trajs:
         return [], []
     raws = [""] * len(trajs)
@@ -84,10 +104,12 @@ def analyse(
     if cfg.analyst in ("policy", "llm"):
         if generate is None:
             raise ValueError(f"aiw.analyst={cfg.analyst!r} needs a generate callable")
+        prefix = analyst_prefix(cfg)
+        fit = None if fits is None else (lambda messages: fits(messages, prefix))
         raws = _ask(
             generate,
             [
-                analysis_messages(t, taxonomy, cfg.analysis_chars, cfg.observation_chars, cfg.analyst_prompt)
+                analysis_messages(t, taxonomy, cfg.analysis_chars, cfg.observation_chars, cfg.analyst_prompt, fit)
                 for t in trajs
             ],
         )
@@ -118,12 +140,24 @@ def analyse(
 
 
 def retrieve(
-    retriever: Retriever, new: list[NewFailure], generate: Generate | None, cfg: AIWConfig, m: dict[str, float]
+    retriever: Retriever,
+    new: list[NewFailure],
+    generate: Generate | None,
+    cfg: AIWConfig,
+    m: dict[str, float],
+    fits: Fits | None = None,
 ) -> list[list[Any]]:
     """The retriever role: for each new failure, the candidates (other tasks) it picks —
     through ``generate`` (Figure 9) when the retriever uses an LLM, else the top-k; an
-    unusable answer falls back to the top-k and is counted."""
+    unusable answer falls back to the top-k and is counted. Within the prompt limit
+    ``fits``, the LLM is shown the best candidates whose prompt fits (at least one; the
+    default 20 candidates of ~450 characters are ~2,500 tokens, over a 1024-token limit)."""
     cand_lists = [retriever.candidates(ref, exclude_task=traj.task.id) for _fid, traj, ref in new]
+    if retriever.uses_llm and fits is not None:
+        prefix = retriever_prefix(cfg)
+        for (_fid, _traj, ref), cands in zip(new, cand_lists):
+            while len(cands) > 1 and not fits(retriever.messages(ref, cands), prefix):
+                cands.pop()
     if cand_lists:
         m["n_candidates_mean"] = float(np.mean([len(c) for c in cand_lists]))
     answers: list[str | None] = [None] * len(new)
