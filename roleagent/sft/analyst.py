@@ -313,16 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = prepare(load_config(args.recipe, args.set))
     _, engine = load_engine(cfg)
     if args.command == "data":
-        fits = prompt_fits(engine)
-        counts = write_data(
-            cfg,
-            args.rollouts,
-            args.valid_rollouts,
-            args.out,
-            valid_games=args.valid_games,
-            per_game_cap=args.per_game,
-            fits=fits,
-        )
+        counts = write_data(cfg, args.rollouts, args.valid_rollouts, args.out, valid_games=args.valid_games,
+                            per_game_cap=args.per_game, fits=prompt_fits(engine))  # fmt: skip
         print(json.dumps(counts))
         return 0
     examples = read_examples(args.examples)[: args.limit or None]
@@ -370,9 +362,7 @@ def per_game(examples: Sequence[ChatExample], n: int) -> list[ChatExample]:
     return out
 
 
-def write_data(
-    cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game_cap: int = 0, fits=None
-) -> dict[str, int]:
+def write_data(cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game_cap=0, fits=None) -> dict[str, int]:
     """The ``data`` command (:data:`USAGE`; ``fits``: the engine's prompt limit); returns the
     counts of what it wrote."""
     from pathlib import Path
