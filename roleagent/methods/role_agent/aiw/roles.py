@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from roleagent.engine.chat import PromptFits
 from roleagent.methods.role_agent.aiw.prompts import (
     ANALYSIS_ANSWER_PREFIX,
     ANALYSIS_STOP,
@@ -34,7 +35,7 @@ Generate = Callable[[list[Messages]], list[str]]
 Diagnose = Callable[[Trajectory], "dict[str, Any] | None"]
 #: ``fits(messages, response_prefix)``: whether a role's prompt is within the engine's
 #: prompt limit (:func:`roleagent.engine.chat.prompt_fits`).
-Fits = Callable[[Messages, str], bool]
+Fits = PromptFits
 #: (failure id, trajectory, reflection) of a failure filed this iteration.
 NewFailure = tuple[int, Trajectory, Reflection]
 
@@ -151,7 +152,7 @@ def retrieve(
     through ``generate`` (Figure 9) when the retriever uses an LLM, else the top-k; an
     unusable answer falls back to the top-k and is counted. Within the prompt limit
     ``fits``, the LLM is shown the best candidates whose prompt fits (at least one; the
-    default 20 candidates of ~450 characters are ~2,500 tokens, over a 1024-token limit)."""
+    default 20 candidates of up to ~450 characters each can pass a 1024-token limit)."""
     cand_lists = [retriever.candidates(ref, exclude_task=traj.task.id) for _fid, traj, ref in new]
     if retriever.uses_llm and fits is not None:
         prefix = retriever_prefix(cfg)
