@@ -56,7 +56,8 @@ def evaluations(run_dir: Path, label: str) -> dict[str, list[bool | None]]:
 
 
 def training(run_dir: Path) -> list[dict]:
-    """Per iteration: training successes of episodes, optimizer steps, KL to the start."""
+    """Per iteration: training successes of episodes, optimizer steps, KL to the start (and
+    the SFT replay term's loss, when the arm replays)."""
     rows = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line) if line.strip() else {}
@@ -66,6 +67,7 @@ def training(run_dir: Path) -> list[dict]:
                     "successes": f"{record['train/successes']}/{record['train/episodes']}",
                     "steps": record.get("update/optimizer_steps", 0),
                     "kl": record.get("update/kl", 0.0),
+                    "replay": record.get("update/sft_replay_loss"),  # optim.sft_replay_coef > 0
                 }
             )
     return rows
@@ -156,10 +158,17 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
                 f"{paired_rate_test(start_rates, _rates(after))} | {versus} |"
             )
         lines.append("")
-    lines += ["| arm | seed | per iteration: training successes, optimizer steps, KL |", "|---|---|---|"]
+    lines += [
+        "| arm | seed | per iteration: training successes, optimizer steps, KL (, SFT replay loss) |",
+        "|---|---|---|",
+    ]
     for arm in arms:
         for seed in sorted(results[arm]):
-            cells = "; ".join(f"{r['successes']}, {r['steps']}, {r['kl']:.2g}" for r in results[arm][seed]["train"])
+            cells = "; ".join(
+                f"{r['successes']}, {r['steps']}, {r['kl']:.2g}"
+                + (f", {r['replay']:.3g}" if r.get("replay") is not None else "")
+                for r in results[arm][seed]["train"]
+            )
             lines.append(f"| {arm} | {seed} | {cells} |")
     return "\n".join(lines)
 

@@ -36,6 +36,17 @@ class OptimConfig:
         "k3 KL-to-reference loss coefficient, k3 clamped to +-10 as verl's low_var_kl (0 skips the reference pass; Role-Agent Table 5: 1e-3)",
     )
     entropy_coef: float = setting(0.0, "entropy bonus coefficient")
+    sft_replay_coef: float = setting(
+        0.0,
+        "PPO-ptx (Ouyang et al., 2022): each optimizer step adds this times the SFT loss of "
+        "sft_replay_examples warm-start examples, so RL does not unlearn them (roleagent.trainer.replay); 0 = off",
+    )
+    sft_replay_examples: int = setting(4, "examples drawn for each optimizer step's SFT replay term")
+    sft_replay_data: str = setting(
+        "",
+        "chat examples (JSONL) to replay; '' = the warm start's expert.jsonl (the run's own, or the one "
+        "beside model.init_from's SFT checkpoint)",
+    )
     fsdp: bool = setting(
         False, "under torchrun: shard weights, gradients and AdamW state with FSDP2 (full fine-tuning; docs/scaling.md)"
     )

@@ -84,9 +84,11 @@ def collate(examples: list[EncodedExample], pad_id: int, device: torch.device):
     return [t.to(device) for t in (input_ids, attention, positions, targets, mask)] + [keep]
 
 
-def sft_step_loss(policy: Policy, batch: list[EncodedExample], micro_batch_tokens: int) -> tuple[float, int]:
-    """Backward of the token-mean cross-entropy of ``batch`` (module docstring); returns
-    (loss, loss tokens). Gradients accumulate into ``.grad``."""
+def sft_step_loss(
+    policy: Policy, batch: list[EncodedExample], micro_batch_tokens: int, scale: float = 1.0
+) -> tuple[float, int]:
+    """Backward of ``scale`` times the token-mean cross-entropy of ``batch`` (module
+    docstring); returns (loss, loss tokens), the loss unscaled. Gradients accumulate into ``.grad``."""
     n_tokens = sum(e.loss_tokens for e in batch)
     total = 0.0
     for micro in micro_batches(batch, micro_batch_tokens):
@@ -95,7 +97,7 @@ def sft_step_loss(policy: Policy, batch: list[EncodedExample], micro_batch_token
         )
         logprobs, _ = token_logprobs(policy.model, input_ids, attention, positions, targets, keep, where=mask > 0)
         loss = -(logprobs * mask).sum() / n_tokens
-        loss.backward()
+        (loss * scale).backward()
         total += float(loss.detach())
     return total, n_tokens
 

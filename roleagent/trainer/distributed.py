@@ -225,6 +225,8 @@ class DistributedTrainer(Trainer):
                 raise ConfigError("optim.fsdp needs the default objective (a method replaced it)")
             self.objective = ShardedObjective(self.objective, self.policy.model)
         if updater is not None:  # another objective trains every rank on the whole batch
+            if updater.replay is not None:
+                raise ConfigError("optim.sft_replay_coef > 0 runs in one process only (not under torchrun)")
             updater.data_parallel = self.dp
 
     def close(self) -> None:

@@ -168,16 +168,7 @@ class Trainer:
             self.critic, self.objective = NoCritic(), None
             return
         self.critic = build_critic(cfg, self.policy, self.init_from)
-        self.objective = self._stage(
-            "objective",
-            lambda: PPOObjective(
-                self.policy,
-                cfg.optim,
-                temperature=cfg.rollout.temperature,
-                diagnostics_path=self.run_dir / "nonfinite.jsonl",
-                total_steps=cfg.iterations * cfg.optim.epochs * cfg.optim.mini_batches,
-            ),
-        )
+        self.objective = self._stage("objective", lambda: PPOObjective.for_run(self))
 
     def _stage(self, kind: str, default):
         """The one method's replacement for stage ``kind`` (``Method.<kind>()``), else ``default()``."""

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from roleagent.rollout import RolloutSettings, RolloutStats, run_episodes
+from roleagent.trainer.replay import sft_replay
 from roleagent.trainer.samples import TrainSample
 from roleagent.trainer.update import Updater
 from roleagent.types import Task, Trajectory
@@ -133,12 +134,33 @@ class PPOObjective:
     sample per generated turn, plus what each method adds for that turn
     (``Method.extra_samples``, e.g. World-In-Agent's prediction tokens)."""
 
-    def __init__(self, policy, optim_cfg, *, temperature: float, diagnostics_path=None, total_steps: int = 0):
+    def __init__(
+        self, policy, optim_cfg, *, temperature: float, diagnostics_path=None, total_steps: int = 0, replay=None
+    ):
         self.updater = Updater(
-            policy, optim_cfg, temperature=temperature, diagnostics_path=diagnostics_path, total_steps=total_steps
+            policy,
+            optim_cfg,
+            temperature=temperature,
+            diagnostics_path=diagnostics_path,
+            total_steps=total_steps,
+            replay=replay,
         )
         self.optimizer = self.updater.optimizer
         self.pack = optim_cfg.pack_episodes
+
+    @classmethod
+    def for_run(cls, trainer) -> PPOObjective:
+        """The recipe's objective for ``trainer``'s policy: ``optim``, the rollout temperature,
+        a schedule over the run's optimizer steps, and the SFT replay term (``optim.sft_replay_coef``)."""
+        cfg = trainer.cfg
+        return cls(
+            trainer.policy,
+            cfg.optim,
+            temperature=cfg.rollout.temperature,
+            diagnostics_path=trainer.run_dir / "nonfinite.jsonl",
+            total_steps=cfg.iterations * cfg.optim.epochs * cfg.optim.mini_batches,
+            replay=sft_replay(cfg, trainer.engine),
+        )
 
     def samples(self, iteration: Iteration, methods: list[Method]) -> list[TrainSample]:
         return training_samples(iteration.batch, iteration.estimate.value, methods, pack=self.pack)

@@ -34,6 +34,10 @@ log-prob for the KL and the entropy are recomputed from the logits (over T) reno
 over that set, as the engine sampled it, so π_θ/π_old is a ratio of one restricted policy.
 A position with a single allowed token has log-prob 0 for every θ: no gradient.
 
+SFT replay (``optim.sft_replay_coef``, PPO-ptx): each optimizer step also back-propagates
+``c · L_SFT`` over a fresh draw of the warm start's examples (``roleagent.trainer.replay``),
+reported as ``sft_replay_loss``.
+
 Non-finite gradients (``optim.max_nonfinite_skips``): a step whose gradient norm is NaN or
 inf is not applied (gradients zeroed, AdamW state untouched, counted in ``nonfinite_skipped``),
 as verl's actor does; ``roleagent.trainer.nonfinite`` records where it came from, and the
@@ -94,8 +98,10 @@ class Updater:
         temperature: float = 1.0,
         diagnostics_path: str | Path | None = None,
         total_steps: int = 0,
+        replay=None,
     ):
         self.policy = policy
+        self.replay = replay  # roleagent.trainer.replay.SFTReplay: PPO-ptx's SFT term, or None
         self.cfg = cfg
         self.temperature = temperature
         self.params = master_params(policy.model)  # fp32 master weights (roleagent.models.precision)
@@ -152,6 +158,8 @@ class Updater:
                 step_totals: dict[str, list[float]] = {}
                 micros, losses = self._accumulate(computed, n_tokens, step_totals)
                 trained_tokens += sum(s.length for s in computed)
+                if self.replay is not None:  # PPO-ptx: + c · L_SFT in the same step
+                    step_totals["sft_replay_loss"] = [self.replay.backward(self.policy, rng)]
                 norm = self._step(functools.partial(diagnose, self, micros, losses, index_of))
                 if norm is None:  # skipped: its metrics describe no applied step
                     nonfinite += 1
