@@ -480,7 +480,8 @@ def test_the_update_head_on_allowed_rows_equals_the_models_forward(lora_rank, mo
     assert lazy[0][1, 3].item() == NEG and dense[0][1, 3].item() == NEG
     assert torch.allclose(lazy[0], dense[0], atol=1e-5) and torch.allclose(lazy[1], dense[1], atol=1e-5)
     assert len(lazy[2]) == len(dense[2]) > 0
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(lazy[2], dense[2]))
+    # fp32 rounding of a gradient grows with its size (entries up to ~6 here): tolerance relative to it
+    assert all(torch.allclose(a, b, atol=1e-5 * max(1.0, float(b.abs().max()))) for a, b in zip(lazy[2], dense[2]))
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
