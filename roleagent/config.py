@@ -71,7 +71,7 @@ class ModelConfig:
         "modules that get LoRA adapters: attention (q, k, v, o projections) | all-linear (also the "
         "MLP, as TRL and ART users expect; not the LM head) | a comma-separated list of module names",
     )
-    gradient_checkpointing: bool = setting(False, "recompute activations in backward (less memory, ~10% slower)")
+    gradient_checkpointing: bool = setting(False, "recompute activations in backward (less memory, more time)")
     init_from: str = setting(
         "",
         "saved weights to start from: an SFT checkpoint (roleagent sft --out D: D/final) or a save_pretrained folder",
@@ -215,10 +215,9 @@ class TrainConfig:
     checkpoint_every: int = setting(1, "save a resumable checkpoint every k iterations")
     threads: int = setting(0, "torch CPU threads (0: all cores; 1 per process when processes share the cores)")
     release_memory: bool = setting(
-        True,
-        "after each phase (evaluation, SFT, rollout, update), give freed heap pages back to the operating "
-        "system (garbage collection, then glibc's malloc_trim; roleagent.trainer.memory)",
+        True, "after each phase, give freed heap pages back (gc, then glibc's malloc_trim; roleagent.trainer.memory)"
     )
+    mmap_threshold_kb: int = setting(0, "glibc: blocks of >= this many KiB are returned when freed (0: glibc's)")
     report_to: list = setting(
         ["jsonl"],
         "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "

@@ -32,6 +32,7 @@ FIELD_RULES: dict[str, Rule] = {
     "iterations": count(0),
     "checkpoint_every": count(1),
     "threads": count(0),
+    "mmap_threshold_kb": within(0, 32768),  # glibc's largest (HEAP_MAX_SIZE / 2 on 64 bits)
     "model.name": NONEMPTY,
     "model.device": DEVICE,
     "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),

@@ -77,3 +77,32 @@ def test_a_phase_gives_freed_heap_pages_back():
         freed = before - resident_mb()
         del last
         assert check(freed), (release, freed)
+
+
+FREED_AFTER_RISE = """
+import sys, torch
+from roleagent.trainer.memory import resident_mb, set_mmap_threshold
+was_set = set_mmap_threshold(int(sys.argv[1]))
+big = torch.ones(2**21)
+del big  # an 8 MiB mapped block freed: at glibc's default the threshold rises to 8 MiB
+blocks = [torch.ones(2**20) for _ in range(100)]  # 100 x 4 MiB: below a risen threshold, on the heap
+last = blocks.pop()  # still held: the freed blocks below it cannot shrink the heap's top
+before = resident_mb()
+del blocks
+print(was_set, before - resident_mb())
+"""
+
+
+@linux
+@pytest.mark.parametrize("kib", [0, 1024])
+def test_a_fixed_mmap_threshold_gives_freed_activations_back_at_once(kib):
+    """mmap_threshold_kb: with glibc's rising threshold, 4 MiB blocks freed after an 8 MiB one
+    stay resident; with the threshold fixed at 1 MiB they are unmapped when freed (a fresh
+    process: the setting is process-wide)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FREED_AFTER_RISE, str(kib)], capture_output=True, text=True, check=True)
+    was_set, freed = out.stdout.split()
+    assert was_set == str(kib > 0)
+    assert float(freed) > 300 if kib else float(freed) < 100, out.stdout

@@ -94,6 +94,38 @@ def test_loss_counts_only_flagged_assistant_tokens(tiny, engine):
     tiny.model.zero_grad()
 
 
+def test_gradient_checkpointing_gives_the_same_gradients_in_every_training_copy(engine):
+    """``model.gradient_checkpointing`` reaches every copy ``policy_from_config`` makes (the
+    trainer's policy, a warm start's SFT copy, a separate critic): activations are recomputed
+    in backward and the SFT step's LoRA gradients are those without it."""
+    from roleagent.config import ModelConfig
+    from roleagent.models.loading import policy_from_config
+
+    example = encode_example(engine, conversation())
+    grads = {}
+    for checkpointing in (False, True):
+        cfg = ModelConfig(name="tiny", lora_rank=4, gradient_checkpointing=checkpointing)
+        policy = policy_from_config(cfg, seed=0)
+        model = policy.model  # transformers 5.24 renamed the flag; older ones have the first name only
+        flag = (
+            "is_activation_checkpointing"
+            if hasattr(model, "is_activation_checkpointing")
+            else "is_gradient_checkpointing"
+        )
+        assert getattr(model, flag) is checkpointing
+        torch.manual_seed(1)
+        for name, weight in policy.model.named_parameters():
+            if "lora_B" in name:  # nonzero, so the lora_A weights get gradients too
+                torch.nn.init.normal_(weight, std=0.1)
+        policy.model.train()
+        sft_train.sft_step_loss(policy, [example], micro_batch_tokens=4096)
+        grads[checkpointing] = {n: w.grad for n, w in policy.model.named_parameters() if w.requires_grad}
+    assert grads[True].keys() == grads[False].keys() and len(grads[True]) > 0
+    for name, grad in grads[False].items():
+        assert grad is not None and grad.abs().sum() > 0, name
+        torch.testing.assert_close(grads[True][name], grad, rtol=1e-5, atol=1e-7)
+
+
 def test_token_mean_worked_example_is_independent_of_micro_batching(monkeypatch):
     """The module docstring's example: log-probs (-1, -2, -3) and (-6) give L = 3."""
     examples = [EncodedExample([0, 1, 2, 3], [0, 1, 1, 1], []), EncodedExample([0, 6], [0, 1], [])]

@@ -271,7 +271,9 @@ def copy_base_weights(policy: Policy, source: torch.nn.Module) -> None:
 
 
 def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora: bool = True) -> Policy:
-    """:func:`load_policy` with a ``ModelConfig``'s settings (``lora=False``: no adapters)."""
+    """:func:`load_policy` with a ``ModelConfig``'s settings (``lora=False``: no adapters),
+    with activation checkpointing when ``gradient_checkpointing`` is set: every copy that
+    trains (the policy, a warm start's SFT copy, a separate critic backbone) honours it."""
     m = model_cfg
     policy = load_policy(
         m.name,
@@ -283,6 +285,9 @@ def policy_from_config(model_cfg, *, seed: int, init_from: str | Path = "", lora
         seed=seed,
         init_from=init_from,
     )
+    if getattr(m, "gradient_checkpointing", False) and policy.model is not None:
+        model = policy.model  # transformers 5.24 renamed the switch; older versions have the second name only
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     return policy
 
 

@@ -222,6 +222,4 @@ def build_critic(cfg, policy: Policy, init_from: str = "") -> Critic | NoCritic:
     backbone = None
     if cfg.critic.backbone == "separate":
         backbone = policy_from_config(cfg.model, seed=cfg.seed, init_from=init_from).model
-        if cfg.model.gradient_checkpointing:
-            backbone.gradient_checkpointing_enable()
     return Critic(cfg.critic, policy, backbone, seed=cfg.seed)

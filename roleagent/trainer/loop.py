@@ -59,7 +59,7 @@ from roleagent.trainer.checkpoint import (
 from roleagent.trainer.checks import prepare
 from roleagent.trainer.critic import NoCritic, build_critic
 from roleagent.trainer.evaluate import evaluate_panel
-from roleagent.trainer.memory import PhaseMemory
+from roleagent.trainer.memory import PhaseMemory, set_mmap_threshold
 from roleagent.trainer.methods import MethodContext, build_methods, method_classes
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
@@ -93,6 +93,7 @@ class Trainer:
         self.resume = resume
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
+        set_mmap_threshold(cfg.mmap_threshold_kb)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
@@ -100,8 +101,6 @@ class Trainer:
         m, r = cfg.model, cfg.rollout
         self.init_from = warm_start_weights(cfg) or m.init_from  # the weights under the adapters
         self.policy = engine_policy(m, seed=cfg.seed, init_from=self.init_from)  # model None: a served model
-        if m.gradient_checkpointing and self.policy.model is not None:
-            self.policy.model.gradient_checkpointing_enable()
         limits = {"max_batch": r.max_batch, "max_prompt_tokens": r.max_prompt_tokens}
         reuse = {"prefix_cache_tokens": r.prefix_cache_tokens} if r.prefix_cache_tokens else {}
         self.engine = create_engine(m.engine, self.policy, settings=engine_settings(cfg), **limits, **reuse)
