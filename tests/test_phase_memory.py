@@ -2,6 +2,8 @@
 once, seen by the sampling thread even when freed before the phase ends, and a phase gives
 freed heap pages back."""
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -99,9 +101,6 @@ def test_a_fixed_mmap_threshold_gives_freed_activations_back_at_once(kib):
     """mmap_threshold_kb: with glibc's rising threshold, 4 MiB blocks freed after an 8 MiB one
     stay resident; with the threshold fixed at 1 MiB they are unmapped when freed (a fresh
     process: the setting is process-wide)."""
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", FREED_AFTER_RISE, str(kib)], capture_output=True, text=True, check=True)
     was_set, freed = out.stdout.split()
     assert was_set == str(kib > 0)
