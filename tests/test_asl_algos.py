@@ -170,6 +170,45 @@ def test_generator_and_verifier_prompts_advertise_no_tool():
         assert not any(word in lowered for word in ("<search>", "tool", "retrieve")), text
 
 
+def test_grm_evidence_sits_in_the_prompt_and_is_searched_once_per_question():
+    """``asl.grm_retrieval``: the GRM's prompt shows the search results between the
+    student's answer and the request; without them the prompt is Figure 12's, unchanged;
+    each question is searched once while the store has room; an environment with no
+    knowledge base is refused by name."""
+    from roleagent.methods.asl.prompts import GRM_USER
+    from roleagent.methods.asl.roles import grm_chat, grm_evidence
+
+    plain = grm_chat("Q?", "A", with_system=False)[0]["content"]
+    assert plain == GRM_USER.format(question="Q?", completion="A", evidence="")
+    assert "A\n\nI want you to help me verify" in plain and "search" not in plain
+    shown = grm_chat("Q?", "A", with_system=False, evidence="<information>Doc 1(Title: x) y</information>")
+    assert shown[0]["content"] == plain.replace(
+        "I want you", "A search of the knowledge base for the question returned:\n"
+        "<information>Doc 1(Title: x) y</information>\n\nI want you"
+    )  # fmt: skip
+
+    class Env:
+        name = "search"
+
+        def __init__(self):
+            self.asked = []
+
+        def search_results(self, queries):
+            self.asked.append(list(queries))
+            return [f"<information>{q}</information>" for q in queries]
+
+    env = Env()
+    evidence = grm_evidence(env, limit=3)
+    assert evidence(["a", "b", "a"]) == ["<information>a</information>", "<information>b</information>",
+                                         "<information>a</information>"]  # fmt: skip
+    assert evidence(["b", "c"])[1] == "<information>c</information>"
+    assert env.asked == [["a", "b"], ["c"]]  # each question searched once
+    evidence(["d"])  # the store is full: emptied, then filled with this call's questions
+    assert env.asked[-1] == ["d"] and evidence(["a"]) == ["<information>a</information>"]
+    with pytest.raises(ConfigError, match="asl.grm_retrieval: the 'scripted' environment has no knowledge base"):
+        grm_evidence(type("Scripted", (), {"name": "scripted"})())
+
+
 def test_verification_pairs_by_hand():
     tasks = [
         Task("t0", "x", {}, "eval", {"question": "Capital of France?", "answers": ["Paris"]}),

@@ -199,6 +199,18 @@ def test_asl_cycle_files_rewards_and_task_source(tmp_path):
 
 
 @pytest.mark.slow
+def test_grm_retrieval_needs_a_knowledge_base(tmp_path):
+    """``asl.grm_retrieval`` on an environment with nothing to search stops the run before
+    any training, naming the environment."""
+    from roleagent.config import load_config
+    from roleagent.fields import ConfigError
+    from roleagent.trainer import Trainer
+
+    cfg = load_config(None, [*ASL, "asl.grm_retrieval=true", f"run_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="the 'tinyqa' environment has no knowledge base"):
+        Trainer(cfg, quiet=True)
+
+
 def test_frozen_grm_skips_its_phase(tmp_path):
     run(tmp_path, 3, [*ASL, "asl.train_grm=false", "asl.grm_eval_questions=0"])
     records = [r for r in metrics(tmp_path) if "iteration" in r]

@@ -90,6 +90,19 @@ def test_asl_retrieve_tool_call_searches(env):
     assert bad.observation == INVALID_MESSAGE and not bad.info["action_valid"]
 
 
+def test_search_results_are_what_a_search_step_returns(env):
+    """``search_results`` (ASL's GRM evidence) gives, outside any episode, the observation a
+    search step gives for the same query: same passages, cuts and query normalisation."""
+    task = next(t for t in env.tasks("test") if t.metadata["question_type"] == "element_symbol")
+    question = task.payload["question"]
+    env.reset(task)
+    step = env.step(f"<search>  {question}  </search>")
+    assert env.search_results([question, "  " + question + "\n"]) == [step.observation] * 2
+    assert env.search_results([]) == []
+    long = SearchEnv(max_query_chars=12)
+    assert long.search_results(["hydrogen " * 50]) == long.search_results(["hydrogen hyd"])
+
+
 def test_multi_hop_episode_with_tool_calls(env):
     """Two hops: arsenic's atomic number (33), then the element numbered 34 (selenium, Se)."""
     task = next(

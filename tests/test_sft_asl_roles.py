@@ -21,7 +21,7 @@ from roleagent.engine.hf import HFEngine
 from roleagent.fields import ConfigError
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.asl.method import ASLMethod
-from roleagent.methods.asl.roles import role_task
+from roleagent.methods.asl.roles import grm_evidence, role_task
 from roleagent.models.loading import load_policy
 from roleagent.sft.asl_roles import (
     follow_up_parents,
@@ -74,12 +74,22 @@ class Recording:
         return [Generation(list(p), [1], [0.0], self.text, True) for p in prompts]
 
 
-def method_prompts(engine, tmp_path, phase, round_index, records, with_system):
+class Library:
+    """A knowledge base with one hand passage per question (``search_results``)."""
+
+    name = "search"
+
+    def search_results(self, queries):
+        return [f"<information>Doc 1(Title: {q[:12]}) about {q}</information>" for q in queries]
+
+
+def method_prompts(engine, tmp_path, phase, round_index, records, with_system, retrieval=False):
     """The prompts ASLMethod.collect gives ``engine`` for these role records."""
     recording = Recording(engine)
     context = SimpleNamespace(run_dir=tmp_path, engine=recording, settings=SimpleNamespace(temperature=1.0, top_p=1.0),
-                              cfg=SimpleNamespace(env=SimpleNamespace(name="search")))  # fmt: skip
-    method = ASLMethod(context, ASLConfig(enabled=True, system_prompts=with_system))
+                              cfg=SimpleNamespace(env=SimpleNamespace(name="search")),
+                              pool=SimpleNamespace(meta=Library()))  # fmt: skip
+    method = ASLMethod(context, ASLConfig(enabled=True, system_prompts=with_system, grm_retrieval=retrieval))
     method.phase, method.round = phase, round_index
     method.collect(Iteration(0, [(role_task(f"t{i}", "search", phase, r), 0) for i, r in enumerate(records)]))
     return recording.prompts
@@ -114,11 +124,17 @@ def test_generator_examples_are_the_method_prompts_with_the_pair_as_the_only_tar
         assert encoded.loss_mask == [0] * len(prompt) + [1] * len(target)
 
 
-@pytest.mark.parametrize("with_system", [True, False])
-def test_verifier_examples_are_the_method_grm_prompts_with_the_exact_match_verdict(engine, tmp_path, with_system):
-    examples = verifier_examples(POOL, POOL, with_system=with_system, seed=3)
+@pytest.mark.parametrize("with_system,retrieval", [(True, False), (False, False), (True, True)])
+def test_verifier_examples_are_the_method_grm_prompts_with_the_exact_match_verdict(
+    engine, tmp_path, with_system, retrieval
+):
+    """With ``asl.grm_retrieval`` both show the question's search results, the same text."""
+    evidence = grm_evidence(Library()) if retrieval else None
+    examples = verifier_examples(POOL, POOL, with_system=with_system, seed=3, evidence=evidence)
     records = [{"question": e.meta["question"], "response": e.meta["attempt"]} for e in examples]
-    prompts = method_prompts(engine, tmp_path, "grm", 0, records, with_system)
+    prompts = method_prompts(engine, tmp_path, "grm", 0, records, with_system, retrieval)
+    assert all(("about " + e.meta["question"] in e.messages[-2]["content"]) == retrieval for e in examples)
+    assert all(e.meta["evidence"] == retrieval for e in examples)
     eos = engine.tokenizer.eos_token_id
     for example, prompt in zip(examples, prompts, strict=True):
         encoded = encode_example(engine, example)
@@ -127,6 +143,19 @@ def test_verifier_examples_are_the_method_grm_prompts_with_the_exact_match_verdi
         assert encoded.ids == prompt + target + [eos]
         assert encoded.loss_mask == [0] * len(prompt) + [1] * (len(target) + 1)
         assert parse_verdict(example.messages[-1]["content"]) == example.meta["label"]  # the method's parser
+
+
+def test_the_grm_judges_with_the_search_results_it_was_trained_on(engine, tmp_path):
+    """The K checks, the verdicts on the policy and the per-round measurement (``_judge``)
+    give the GRM the same prompts as its own phase (``collect``) and its warm start."""
+    records = [{"question": "Q one?", "response": "A"}, {"question": "Q two?", "response": "B"}]
+    trained = method_prompts(engine, tmp_path, "grm", 0, records, True, retrieval=True)
+    recording = Recording(engine)
+    context = SimpleNamespace(run_dir=tmp_path, engine=recording, pool=SimpleNamespace(meta=Library()))
+    method = ASLMethod(context, ASLConfig(enabled=True, grm_retrieval=True))
+    method._judge([(r["question"], r["response"]) for r in records])
+    assert recording.prompts == trained
+    assert "about Q two?" in engine.tokenizer.decode(trained[1]) and "Q two?" not in engine.tokenizer.decode(trained[0])
 
 
 def test_follow_up_parents_add_or_remove_one_hop():

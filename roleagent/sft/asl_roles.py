@@ -36,7 +36,8 @@ pair in the Figures 9-11 output format (no ``<think>``; the system prompt allows
   question with answer "lithium"; the reverse pair gives an EASIER example.
 
 **Verifier examples** (:func:`verifier_examples`): per question, two GRM prompts (Figure 12:
-the question and a student's answer; the GRM sees no gold answer, as in the method) with
+the question and a student's answer, and with ``asl.grm_retrieval`` the question's search
+results; the GRM sees no gold answer, as in the method) with
 the verdict the method parses (``algos.asl.parse_verdict``) as target::
 
     <answer>
@@ -83,7 +84,7 @@ from roleagent.engine.base import SamplingParams
 from roleagent.envs.search.env import task_answers, task_question
 from roleagent.envs.search.text import exact_match, normalize_answer
 from roleagent.methods.asl.prompts import PG_SYSTEM, meta_prompt, parse_pair, role_chat, verdict_target
-from roleagent.methods.asl.roles import grm_chat
+from roleagent.methods.asl.roles import Evidence, grm_chat
 from roleagent.sft.data import ChatExample, encode_example
 from roleagent.sft.predictor import Competence
 from roleagent.types import Task
@@ -168,12 +169,14 @@ def generator_examples(tasks: Sequence[Task], pool: Sequence[Task], *, with_syst
 
 
 def verifier_examples(
-    tasks: Sequence[Task], pool: Sequence[Task], *, with_system: bool, seed: int = 0
+    tasks: Sequence[Task], pool: Sequence[Task], *, with_system: bool, seed: int = 0, evidence: Evidence | None = None
 ) -> list[ChatExample]:
     """The verifier's examples of ``tasks`` (module docstring): per question its gold
     answer (aliases in turn) and another question's gold answer, as the student's answer,
-    labelled by exact match; distractors from ``pool``, same type first, seeded."""
+    labelled by exact match; distractors from ``pool``, same type first, seeded.
+    ``evidence``: the search results the GRM is shown (``asl.grm_retrieval``), None for none."""
     rng = random.Random(f"{seed}/asl_verifier")
+    shown = evidence([task_question(t) for t in tasks]) if evidence is not None else [""] * len(tasks)
     by_type: dict[str, list[Task]] = {}
     for task in pool:
         by_type.setdefault(str(task.metadata.get("question_type", "")), []).append(task)
@@ -192,8 +195,10 @@ def verifier_examples(
         for attempt, source in ((right, "gold"), (wrong[0], wrong[1])):
             label = int(exact_match(attempt, answers))
             meta = {"task": task.id, "split": task.split, "role": "asl_verifier", "question": question,
-                    "attempt": attempt, "source": source, "label": label, "answers": list(answers)}  # fmt: skip
-            out.append(_example(grm_chat(question, attempt, with_system), verdict_target(label), meta))
+                    "attempt": attempt, "source": source, "label": label, "answers": list(answers),
+                    "evidence": bool(shown[index]), "attempt_in_evidence": contains(shown[index], attempt)}  # fmt: skip
+            chat = grm_chat(question, attempt, with_system, shown[index])
+            out.append(_example(chat, verdict_target(label), meta))
     return out
 
 

@@ -35,6 +35,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from roleagent.methods.asl.roles import grm_evidence
 from roleagent.sft.asl_roles import (
     generate,
     generator_competence,
@@ -74,9 +75,11 @@ def split_questions(train_tasks: Sequence[Task], n: int, k: int, *, seed: int, e
     return picked[:n], picked[n:], pool
 
 
-def write_role_data(cfg, train_tasks: Sequence[Task], out: Path, *, exclude=frozenset()) -> dict[str, int]:
-    """Write the four example files and ``asl_counts.json`` (module docstring); returns the counts."""
+def write_role_data(cfg, train_tasks: Sequence[Task], out: Path, *, env, exclude=frozenset()) -> dict[str, int]:
+    """Write the four example files and ``asl_counts.json`` (module docstring); returns the
+    counts. ``env`` is searched for the GRM's evidence with ``asl.grm_retrieval``."""
     s = cfg.sft
+    evidence = grm_evidence(env) if cfg.asl.grm_retrieval else None
     sft, held_out, pool = split_questions(train_tasks, s.asl_questions, s.asl_eval_questions, seed=cfg.seed,
                                           exclude=exclude)  # fmt: skip
     system = cfg.asl.system_prompts
@@ -84,7 +87,7 @@ def write_role_data(cfg, train_tasks: Sequence[Task], out: Path, *, exclude=froz
     for name, tasks in ((train_file, sft), (valid_file, held_out)):
         made = {
             "generator": generator_examples(tasks, pool, with_system=system),
-            "verifier": verifier_examples(tasks, pool, with_system=system, seed=cfg.seed),
+            "verifier": verifier_examples(tasks, pool, with_system=system, seed=cfg.seed, evidence=evidence),
         }
         for role in ROLES:
             if made[role]:
@@ -106,7 +109,7 @@ def prepare(trainer, out: Path) -> None:
     if (out / COUNTS).exists():
         return
     exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
-    write_role_data(trainer.cfg, trainer.train_tasks, out, exclude=exclude)
+    write_role_data(trainer.cfg, trainer.train_tasks, out, env=trainer.pool.meta, exclude=exclude)
 
 
 def train_examples(trainer, out: Path) -> list[ChatExample]:
@@ -197,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         exclude = {t.id for split in eval_splits(cfg) for t in panel(env.tasks(split), cfg.eval.max_tasks)}
-        counts = write_role_data(cfg, env.tasks(cfg.env.train_split), out, exclude=exclude)
+        counts = write_role_data(cfg, env.tasks(cfg.env.train_split), out, env=env, exclude=exclude)
         both = [e for role in ROLES for e in _examples(out / train_file(role))]
         counts["asl_train_examples"] = write_examples(out / "asl_train.jsonl", both)
         print(json.dumps(counts))

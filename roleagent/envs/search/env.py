@@ -186,10 +186,23 @@ class SearchEnv(Environment):
         info["searches"] = self._searches
         return self._reply(observation, 0.0, False, info)
 
-    def _search(self, query: str, info: dict[str, Any]) -> str:
+    def search_results(self, queries: list[str]) -> list[str]:
+        """What a search for each query returns (the observation :meth:`step` gives: the
+        top ``topk`` passages inside ``<information>`` tags), outside any episode: for a
+        role that reads the knowledge base beside the policy (ASL's GRM, ``asl.grm_retrieval``)."""
+        queries = [self._query(q)[0] for q in queries]
+        found = self.retriever.retrieve(queries, self.topk) if queries else []
+        return [information(hits[: self.topk], self.max_passage_chars) for hits in found]
+
+    def _query(self, query: str) -> tuple[str, bool]:
+        """(the query as searched: whitespace collapsed, cut to ``max_query_chars``; whether it was cut)."""
         query = " ".join(query.split())
-        if len(query) > self.max_query_chars:
-            query, info["query_truncated"] = query[: self.max_query_chars], True
+        return query[: self.max_query_chars], len(query) > self.max_query_chars
+
+    def _search(self, query: str, info: dict[str, Any]) -> str:
+        query, cut = self._query(query)
+        if cut:
+            info["query_truncated"] = True
         self._searches += 1
         hits = self.retriever.retrieve([query], self.topk)[0][: self.topk]
         observation = information(hits, self.max_passage_chars)

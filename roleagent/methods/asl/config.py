@@ -77,6 +77,13 @@ class ASLConfig:
         "backbone untrained). Applies to the K checks, the verdicts on the policy, the GRM phase and "
         "the per-round measurement",
     )
+    grm_retrieval: bool = setting(
+        False,
+        "show the GRM the environment's search results for the question (its top-k passages, as the "
+        "policy's search returns them) before it judges: the paper's GRM searches the knowledge base "
+        "with the policy's tool (Figure 7); here the framework makes that first search for it. Needs an "
+        "environment with a knowledge base (search). Off: the GRM judges from memory",
+    )
     judge_temperature: float = setting(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
     system_prompts: bool = setting(
         True,

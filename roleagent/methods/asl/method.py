@@ -39,6 +39,7 @@ from roleagent.methods.asl.prompts import PG_SYSTEM, final_answer, meta_prompt, 
 from roleagent.methods.asl.roles import (
     generate_turns,
     grm_chat,
+    grm_evidence,
     judge,
     question_task,
     role_task,
@@ -70,6 +71,9 @@ class ASLMethod(Method):
         self.questions_made = 0  # question ids are unique over the run
         self.metrics: dict[str, float] = {}
         self._grm_eval: list[dict] | None = None
+        # the GRM's search results per question (asl.grm_retrieval; an environment without a
+        # knowledge base is refused here, before any training)
+        self._search = grm_evidence(context.pool.meta) if config.grm_retrieval else None
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -120,7 +124,8 @@ class ASLMethod(Method):
             limit = cfg.pg_max_new_tokens
         else:
             records = [t.metadata["asl"] for t, _ in jobs]
-            chats = [grm_chat(r["question"], r["response"], cfg.system_prompts) for r in records]
+            shown = self._search([r["question"] for r in records]) if self._search else [""] * len(records)
+            chats = [grm_chat(r["question"], r["response"], cfg.system_prompts, e) for r, e in zip(records, shown)]
             limit = cfg.grm_max_new_tokens
         replies = (
             verdict_replies(ctx.engine.tokenizer) if self.phase == "grm" and cfg.grm_verdicts == "constrained" else None
@@ -165,6 +170,7 @@ class ASLMethod(Method):
             max_new_tokens=cfg.grm_max_new_tokens,
             temperature=cfg.judge_temperature if temperature is None else temperature,
             constrained=cfg.grm_verdicts == "constrained",
+            evidence=self._search,
         )
 
     def _score_policy(self, trajectories: list[Trajectory]) -> dict[str, float]:

@@ -8,7 +8,10 @@ describe a tool nor ask for one. Figures 7-8 lose their tool section; the user p
 "use the tool" sentences are dropped (Figures 9-10: "the tool is necessary to answer"
 becomes "needs a search of a knowledge base to answer", a property of the question, which
 the policy will search for) or become "think" (Figures 11-12). The policy's prompt is the
-environment's, and the policy does search (``docs/asl.md``)."""
+environment's, and the policy does search (``docs/asl.md``). With ``asl.grm_retrieval`` the
+GRM reads the knowledge base after all: the framework makes its first search, with the
+question as the query, and the user prompt shows the results (:data:`GRM_EVIDENCE`) between
+the student's answer and the request."""
 
 from __future__ import annotations
 
@@ -87,18 +90,25 @@ DEMO = {
     "removing": "'In which country was the director of Titanic born?' (Canada) -> 'Who directed Titanic?' (James Cameron)",
 }
 
-#: Figure 12: the GRM.
+#: Figure 12: the GRM; ``{evidence}`` is empty, or :data:`GRM_EVIDENCE` filled in.
 GRM_USER = """I asked a question to my student:
 {question}
 
 My student's answer is:
 {completion}
 
-I want you to help me verify the correctness of my student's answer.
+{evidence}I want you to help me verify the correctness of my student's answer.
 Think it through, then draw your conclusion in the following format:
 <answer>
 conclusion: correct/wrong
 </answer>"""
+
+#: What the GRM is shown with ``asl.grm_retrieval``: the environment's reply to a search
+#: for the question (``<information>Doc 1(Title: ...) ...</information>``).
+GRM_EVIDENCE = """A search of the knowledge base for the question returned:
+{information}
+
+"""
 
 
 def verdict_target(label: int) -> str:

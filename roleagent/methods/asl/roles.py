@@ -4,12 +4,13 @@ and verification pairs built from an environment's questions with gold answers."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from roleagent.algos.asl import parse_verdict
 from roleagent.engine import SamplingParams
-from roleagent.methods.asl.prompts import GRM_SYSTEM, GRM_USER, role_chat, verdict_target
+from roleagent.fields import ConfigError
+from roleagent.methods.asl.prompts import GRM_EVIDENCE, GRM_SYSTEM, GRM_USER, role_chat, verdict_target
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -49,9 +50,45 @@ def generate_turns(
     return out
 
 
-def grm_chat(question: str, completion: str, with_system: bool) -> list[dict[str, str]]:
-    """The GRM's conversation for one (question, answer) pair (paper Figure 12)."""
-    return role_chat(GRM_SYSTEM, GRM_USER.format(question=question, completion=completion), with_system)
+def grm_chat(question: str, completion: str, with_system: bool, evidence: str = "") -> list[dict[str, str]]:
+    """The GRM's conversation for one (question, answer) pair (paper Figure 12); ``evidence``:
+    the search results it is shown (:func:`grm_evidence`), "" for none."""
+    shown = GRM_EVIDENCE.format(information=evidence) if evidence else ""
+    user = GRM_USER.format(question=question, completion=completion, evidence=shown)
+    return role_chat(GRM_SYSTEM, user, with_system)
+
+
+#: questions -> the search results the GRM is shown for each (``asl.grm_retrieval``)
+Evidence = Callable[[Sequence[str]], list[str]]
+
+
+def grm_evidence(env: Any, limit: int = 4096) -> Evidence:
+    """The GRM's evidence from ``env``: its ``search_results`` for each question, kept per
+    question (a question is judged K times as a generated pair and M times as an attempt;
+    the store is emptied when it holds ``limit`` questions). An environment without a
+    knowledge base to search is a ConfigError.
+
+    The paper's GRM shares the policy's ``retrieve`` tool and searches before it concludes
+    (Sun et al., 2025, arXiv 2510.14253, Figure 7); here the framework makes that first
+    search for it, with the question as the query, so a backbone that does not yet write
+    tool calls still judges against the corpus instead of from memory."""
+    search = getattr(env, "search_results", None)
+    if not callable(search):
+        raise ConfigError(
+            f"asl.grm_retrieval: the {getattr(env, 'name', type(env).__name__)!r} environment has no knowledge "
+            "base to search (search_results); turn asl.grm_retrieval off or use the search environment"
+        )
+    store: dict[str, str] = {}
+
+    def evidence(questions: Sequence[str]) -> list[str]:
+        missing = list(dict.fromkeys(q for q in questions if q not in store))
+        if len(store) + len(missing) > limit:
+            store.clear()
+            missing = list(dict.fromkeys(questions))
+        store.update(zip(missing, search(missing), strict=True))
+        return [store[q] for q in questions]
+
+    return evidence
 
 
 def verdict_replies(tokenizer) -> list[list[int]]:
@@ -73,12 +110,15 @@ def judge(
     max_new_tokens: int,
     temperature: float,
     constrained: bool = False,
+    evidence: Evidence | None = None,
 ) -> list[tuple[str, int | None]]:
     """The GRM's ``(text, verdict)`` for each (question, answer) pair, in one batch;
-    ``constrained``: each reply is one of :func:`verdict_replies`."""
+    ``constrained``: each reply is one of :func:`verdict_replies`; ``evidence``: the
+    search results shown per question (:func:`grm_evidence`), None for none."""
     if not pairs:
         return []
-    prompts = [engine.encode_chat(grm_chat(q, a, with_system)) for q, a in pairs]
+    shown = evidence([q for q, _ in pairs]) if evidence is not None else [""] * len(pairs)
+    prompts = [engine.encode_chat(grm_chat(q, a, with_system, e)) for (q, a), e in zip(pairs, shown, strict=True)]
     replies = verdict_replies(engine.tokenizer) if constrained else None
     allowed = None if replies is None else [replies] * len(prompts)
     generations = engine.generate(
