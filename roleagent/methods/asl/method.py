@@ -38,7 +38,7 @@ from roleagent.methods.asl.files import RoundFiles
 from roleagent.methods.asl.prompts import PG_SYSTEM, final_answer, meta_prompt, parse_pair, role_chat
 from roleagent.methods.asl.roles import (
     generate_turns,
-    grm_chat,
+    grm_chats,
     grm_evidence,
     judge,
     question_task,
@@ -124,8 +124,7 @@ class ASLMethod(Method):
             limit = cfg.pg_max_new_tokens
         else:
             records = [t.metadata["asl"] for t, _ in jobs]
-            shown = self._search([r["question"] for r in records]) if self._search else [""] * len(records)
-            chats = [grm_chat(r["question"], r["response"], cfg.system_prompts, e) for r, e in zip(records, shown)]
+            chats = grm_chats([(r["question"], r["response"]) for r in records], cfg.system_prompts, self._search)
             limit = cfg.grm_max_new_tokens
         replies = (
             verdict_replies(ctx.engine.tokenizer) if self.phase == "grm" and cfg.grm_verdicts == "constrained" else None

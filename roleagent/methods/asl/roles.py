@@ -62,6 +62,15 @@ def grm_chat(question: str, completion: str, with_system: bool, evidence: str = 
 Evidence = Callable[[Sequence[str]], list[str]]
 
 
+def grm_chats(
+    pairs: Sequence[tuple[str, str]], with_system: bool, evidence: Evidence | None = None
+) -> list[list[dict]]:
+    """:func:`grm_chat` for each (question, answer) pair, each shown its question's search
+    results when ``evidence`` is given (:func:`grm_evidence`), none when it is None."""
+    shown = evidence([q for q, _ in pairs]) if evidence is not None else [""] * len(pairs)
+    return [grm_chat(q, a, with_system, e) for (q, a), e in zip(pairs, shown, strict=True)]
+
+
 def grm_evidence(env: Any, limit: int = 4096) -> Evidence:
     """The GRM's evidence from ``env``: its ``search_results`` for each question, kept per
     question (a question is judged K times as a generated pair and M times as an attempt;
@@ -117,8 +126,7 @@ def judge(
     search results shown per question (:func:`grm_evidence`), None for none."""
     if not pairs:
         return []
-    shown = evidence([q for q, _ in pairs]) if evidence is not None else [""] * len(pairs)
-    prompts = [engine.encode_chat(grm_chat(q, a, with_system, e)) for (q, a), e in zip(pairs, shown, strict=True)]
+    prompts = [engine.encode_chat(chat) for chat in grm_chats(pairs, with_system, evidence)]
     replies = verdict_replies(engine.tokenizer) if constrained else None
     allowed = None if replies is None else [replies] * len(prompts)
     generations = engine.generate(
