@@ -13,10 +13,13 @@ or its evaluation::
         --arm shipped: --arm meannorm:algo.norm=mean_norm --out runs/bench_rl_phase
 
 An arm is ``NAME:KEY=VALUE,...`` (``NAME:`` alone: the recipe as it is); run ``NAME_sSEED``
-goes to ``--out``. One key is the benchmark's own, a control: ``shuffle_advantages=true``
-permutes each iteration's non-zero advantages among their samples (the same samples train,
-with the same magnitudes, each with another sample's advantage), an update of the same size
-without the signal: ``--arm shuffled:shuffle_advantages=true``. The start is the reference run's ``--label`` evaluation (``sft``) of each
+goes to ``--out``. Two keys are the benchmark's own. ``recipe=NAME`` runs another shipped
+recipe's RL phase from the same start (the Role-Agent ablation of Wang et al., 2026, arXiv
+2606.10917, Table 3, from the main job's SFT: ``--arm GRPO:recipe=grpo_alfworld``, and
+``--compare GRPO:GiGPO`` adds the paired test of the ordering the paper reports). A control,
+``shuffle_advantages=true``, permutes each iteration's non-zero advantages among their
+samples (the same samples train, with the same magnitudes, each with another sample's
+advantage), an update of the same size without the signal: ``--arm shuffled:shuffle_advantages=true``. The start is the reference run's ``--label`` evaluation (``sft``) of each
 split, read with its per-game outcomes from its ``metrics.jsonl``. Per arm and split:
 
 - the after-RL success of each seed (k/48) and pooled over seeds with a 95% Wilson interval;
@@ -76,6 +79,16 @@ def training(run_dir: Path) -> list[dict]:
 SHUFFLE = "shuffle_advantages=true"
 
 
+def arm_recipe(default: str, sets: list[str]) -> tuple[str, list[str]]:
+    """The arm's recipe (its ``recipe=NAME`` key, else ``default``) and its other settings.
+
+    >>> arm_recipe("role_agent_alfworld", ["recipe=grpo_alfworld", "seed=1"])
+    ('grpo_alfworld', ['seed=1'])
+    """
+    recipes = [s.partition("=")[2] for s in sets if s.startswith("recipe=")]
+    return (recipes[-1] if recipes else default), [s for s in sets if not s.startswith("recipe=")]
+
+
 def finished(run_dir: Path, splits) -> bool:
     """The run wrote its after-RL evaluation of every split."""
     return (run_dir / "metrics.jsonl").is_file() and set(evaluations(run_dir, "after")) >= set(splits)
@@ -85,6 +98,7 @@ def run_arm(recipe: str, init_from: Path, sets: list[str], seed: int, run_dir: P
     """One RL phase in its own process (skipped when ``run_dir`` holds every split's after-RL evaluation)."""
     if finished(run_dir, splits):
         return
+    recipe, sets = arm_recipe(recipe, sets)
     settings = ["sft.enabled=false", "eval.at_start=false", f"model.init_from={init_from}", f"seed={seed}"]
     command = [sys.executable, __file__, "--child", recipe, *[*settings, f"run_dir={run_dir}", *sets]]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -125,9 +139,10 @@ def child(recipe: str, sets: list[str]) -> None:
         loop.compute_advantages = estimate  # the process may go on (a test calls this)
 
 
-def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
+def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=()) -> str:
     """The markdown report (module docstring) of ``{arm: {seed: {"after": ..., "train": ...}}}``:
-    each arm over its finished seeds, an arm against the first over the seeds both finished."""
+    each arm over its finished seeds, an arm against the first over the seeds both finished,
+    and each ``(worse, better)`` pair of ``compare`` (an ordering to check) over theirs."""
     arms, first = list(results), next(iter(results), None)
     lines = [
         "k/n = success [95% Wilson interval], in %. Seeds: " + "; ".join(f"{a} {_seeds(results[a])}" for a in arms),
@@ -158,6 +173,14 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
                 f"{paired_rate_test(start_rates, _rates(after))} | {versus} |"
             )
         lines.append("")
+        orderings = [(a, b) for a, b in compare if a in results and b in results]
+        if orderings:
+            lines += ["| ordering | B − A, per game (common seeds) |", "|---|---|"]
+        for worse, better in orderings:
+            common = sorted(set(results[worse]) & set(results[better]))
+            pair = [_rates([results[a][s]["after"][split] for s in common]) for a in (worse, better)]
+            lines.append(f"| {worse} < {better} | {paired_rate_test(*pair) if common else 'no seed in common'} |")
+        lines += [""] if orderings else []
     lines += [
         "| arm | seed | per iteration: training successes, optimizer steps, KL (, SFT replay loss) |",
         "|---|---|---|",
@@ -171,6 +194,14 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]]) -> str:
             )
             lines.append(f"| {arm} | {seed} | {cells} |")
     return "\n".join(lines)
+
+
+def _ordering(text: str) -> tuple[str, str]:
+    """``"GRPO:GiGPO"`` → ``("GRPO", "GiGPO")``: the first arm expected below the second."""
+    worse, sep, better = text.partition(":")
+    if not (sep and worse and better):
+        raise argparse.ArgumentTypeError(f"an ordering is WORSE:BETTER, not {text!r}")
+    return worse, better
 
 
 def _seeds(seeds) -> str:
@@ -198,6 +229,10 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--set", action="append", default=["threads=1"], metavar="KEY=VALUE", help="every arm's override"
     )
+    parser.add_argument("--splits", nargs="+", help="the panels to play after RL (default: the reference's)")
+    parser.add_argument(
+        "--compare", action="append", default=[], type=_ordering, metavar="A:B", help="check the ordering A < B"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one torch thread each by default)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_rl_phase"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate the finished runs in --out")
@@ -207,6 +242,11 @@ def main(argv=None) -> None:
     start = evaluations(args.reference, args.label)
     if not start:
         parser.error(f"{args.reference}/metrics.jsonl has no {args.label!r} evaluation")
+    if args.splits:
+        if set(args.splits) - set(start):
+            parser.error(f"the reference evaluated {sorted(start)}, not {sorted(set(args.splits) - set(start))}")
+        start = {split: start[split] for split in args.splits}
+        args.set.append(f"eval.splits=[{','.join(args.splits)}]")
     init_from = args.init_from or args.reference / "sft" / "final"
     jobs = [(name, sets, seed) for seed in args.seeds for name, sets in args.arm]
     if not args.summarize:
@@ -224,7 +264,7 @@ def main(argv=None) -> None:
         run_dir = args.out / f"{name}_s{seed}"
         if finished(run_dir, start):
             results.setdefault(name, {})[seed] = {"after": evaluations(run_dir, "after"), "train": training(run_dir)}
-    report = table(start, results)
+    report = table(start, results, args.compare)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(
         json.dumps({"arms": dict(args.arm), "start": start, "results": results}, indent=1)

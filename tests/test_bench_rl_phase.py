@@ -92,3 +92,37 @@ def test_the_shuffled_control_trains_the_same_samples_with_permuted_advantages(t
     plain, shuffled = advantages(tmp_path / "plain"), advantages(tmp_path / "shuffled")
     assert sorted(plain) == sorted(shuffled) and plain != shuffled
     assert [a == 0 for a in plain] == [a == 0 for a in shuffled]  # the same samples train
+
+
+def test_an_arm_runs_another_recipe_on_the_chosen_panels_and_orderings_are_tested(tmp_path, monkeypatch):
+    """``recipe=NAME`` runs that recipe's RL phase from the same start (the key is not passed
+    on as a setting); ``--splits`` plays and tabulates only those panels; ``--compare A:B``
+    adds the paired test of A < B over the seeds both finished."""
+    reference = _run(tmp_path / "ref", "sft", {"seen": [1, 1, 0, 0], "unseen": [0, 0, 0, 1]})
+    for seed in (0, 1):
+        _run(tmp_path / "out" / f"a_s{seed}", "after", {"seen": [0, 1, 0, 0]})
+    commands = []
+
+    def play(command, **_):  # what the subprocess would do: write the seen panel's after-RL evaluation
+        commands.append(command)
+        _run(
+            Path(next(s for s in command if s.startswith("run_dir=")).partition("=")[2]),
+            "after",
+            {"seen": [1, 1, 1, 0]},
+        )
+
+    monkeypatch.setattr(bench_rl_phase.subprocess, "run", play)
+    out = tmp_path / "out"
+    arms = ["--arm", "a:", "--arm", "b:recipe=grpo_alfworld,x=1", "--compare", "a:b", "--compare", "b:zz"]
+    bench_rl_phase.main(
+        ["--reference", str(reference), "--seeds", "0", "1", "--splits", "seen", *arms, "--out", str(out)]
+    )
+    assert [c[3] for c in commands] == ["grpo_alfworld", "grpo_alfworld"]  # a finished; b ran for each seed
+    assert all(
+        "x=1" in c and "eval.splits=[seen]" in c and not any(s.startswith("recipe=") for s in c) for c in commands
+    )
+    table = (out / "table.md").read_text()
+    assert "**seen**" in table and "**unseen**" not in table
+    # game 0 lost by a and won back by b on both seeds, game 2 won by b: +50 points over 4 games
+    assert "| a < b | +50.0 points, 2 up 0 down of 4, p=0.5: unresolved |" in table
+    assert "b < zz" not in table  # an arm that is not in the benchmark is not compared
