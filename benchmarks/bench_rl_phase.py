@@ -19,15 +19,17 @@ recipe's RL phase from the same start (the Role-Agent ablation of Wang et al., 2
 ``--compare GRPO:GiGPO`` adds the paired test of the ordering the paper reports). A control,
 ``shuffle_advantages=true``, permutes each iteration's non-zero advantages among their
 samples (the same samples train, with the same magnitudes, each with another sample's
-advantage), an update of the same size without the signal: ``--arm shuffled:shuffle_advantages=true``. The start is the reference run's ``--label`` evaluation (``sft``) of each
-split, read with its per-game outcomes from its ``metrics.jsonl``. Per arm and split:
+advantage), an update of the same size without the signal: ``--arm shuffled:shuffle_advantages=true``.
+The start is the reference run's ``--label`` evaluation (``sft``) of each split (or of the
+``--splits`` chosen, the only panels the runs then play), read with its per-game outcomes
+from its ``metrics.jsonl``. Per arm and split:
 
 - the after-RL success of each seed (k/48) and pooled over seeds with a 95% Wilson interval;
 - games lost (solved at the start, failed after) and won, summed over seeds;
 - a paired test with the game as its unit: each game's after-RL success rate over the seeds
   against its start outcome (``roleagent.stats.paired_rate_test``; the seeds of one game
   share their start, so they are not independent pairs), with a one-word verdict;
-- the same test against the first arm;
+- the same test against the first arm, and for each ``--compare A:B`` (A expected below B);
 - per seed, the training successes, optimizer steps and KL of each iteration.
 
 A finished run (its last evaluation written) is not played again; ``--summarize`` only
