@@ -165,11 +165,9 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
             solved, played = sum(x is True for a in after for x in a), sum(x is not None for a in after for x in a)
             lost = sum(b is True and a[g] is False for a in after for g, b in enumerate(before))
             won = sum(b is False and a[g] is True for a in after for g, b in enumerate(before))
-            common = sorted(set(results[arm]) & set(results[first]))
             versus = "-"
-            if arm != first and common:
-                pair = [_rates([results[a][s]["after"][split] for s in common]) for a in (first, arm)]
-                versus = f"{paired_rate_test(*pair)} (seeds {_seeds(common)})"
+            if arm != first and (common := _common(results, first, arm)):
+                versus = f"{_versus(results, first, arm, split)} (seeds {_seeds(common)})"
             lines.append(
                 f"| {arm} | {per_seed} | {format_rate(solved, played)} | {lost} / {won} | "
                 f"{paired_rate_test(start_rates, _rates(after))} | {versus} |"
@@ -179,9 +177,8 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
         if orderings:
             lines += ["| ordering | B − A, per game (common seeds) |", "|---|---|"]
         for worse, better in orderings:
-            common = sorted(set(results[worse]) & set(results[better]))
-            pair = [_rates([results[a][s]["after"][split] for s in common]) for a in (worse, better)]
-            lines.append(f"| {worse} < {better} | {paired_rate_test(*pair) if common else 'no seed in common'} |")
+            versus = _versus(results, worse, better, split) if _common(results, worse, better) else "no seed in common"
+            lines.append(f"| {worse} < {better} | {versus} |")
         lines += [""] if orderings else []
     lines += [
         "| arm | seed | per iteration: training successes, optimizer steps, KL (, SFT replay loss) |",
@@ -196,6 +193,17 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
             )
             lines.append(f"| {arm} | {seed} | {cells} |")
     return "\n".join(lines)
+
+
+def _common(results, a: str, b: str) -> list[int]:
+    """The seeds both arms finished."""
+    return sorted(set(results[a]) & set(results[b]))
+
+
+def _versus(results, a: str, b: str, split: str):
+    """Arm ``b`` against arm ``a`` on ``split``, per game over their common seeds."""
+    seeds = _common(results, a, b)
+    return paired_rate_test(*(_rates([results[arm][s]["after"][split] for s in seeds]) for arm in (a, b)))
 
 
 def _ordering(text: str) -> tuple[str, str]:
