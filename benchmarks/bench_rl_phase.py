@@ -30,7 +30,10 @@ from its ``metrics.jsonl``. Per arm and split:
   against its start outcome (``roleagent.stats.paired_rate_test``; the seeds of one game
   share their start, so they are not independent pairs), with a one-word verdict;
 - the same test against the first arm, and for each ``--compare A:B`` (A expected below B);
-- per seed, the training successes, optimizer steps and KL of each iteration.
+- per seed, the training successes, optimizer steps and KL of each iteration, and in an arm
+  with World-In-Agent its mechanism: the mean prediction score and its correlation with
+  success, the scores' spread inside state groups, and how much of the step credit the
+  predictions flipped (``wia/credit_*``, docs/metrics.md).
 
 A finished run (its last evaluation written) is not played again; ``--summarize`` only
 tabulates what ``--out`` holds. Writes ``OUT/results.json`` and ``OUT/table.md``.
@@ -60,9 +63,14 @@ def evaluations(run_dir: Path, label: str) -> dict[str, list[bool | None]]:
     return out
 
 
+#: World-In-Agent's per-iteration mechanism metrics (docs/metrics.md), in an arm that predicts
+WIA_KEYS = ("score", "success_corr", "score_std_in_group", "credit_sign_changed", "credit_corr")
+
+
 def training(run_dir: Path) -> list[dict]:
     """Per iteration: training successes of episodes, optimizer steps, KL to the start (and
-    the SFT replay term's loss, when the arm replays)."""
+    the SFT replay term's loss, when the arm replays; World-In-Agent's ``WIA_KEYS``, when it
+    predicts)."""
     rows = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line) if line.strip() else {}
@@ -73,9 +81,24 @@ def training(run_dir: Path) -> list[dict]:
                     "steps": record.get("update/optimizer_steps", 0),
                     "kl": record.get("update/kl", 0.0),
                     "replay": record.get("update/sft_replay_loss"),  # optim.sft_replay_coef > 0
+                    **({"wia": {k: record.get(f"wia/{k}") for k in WIA_KEYS}} if "wia/score" in record else {}),
                 }
             )
     return rows
+
+
+def _wia_cell(wia: dict) -> str:
+    """``WIA_KEYS`` of one iteration: ``score 0.95 (corr 0.12), in-group sd 0.03, credit
+    flipped 4%, corr 0.98``; a metric the run did not write is ``-``."""
+
+    def g(key: str, spec: str = ".2f") -> str:
+        value = wia.get(key)
+        return "-" if value is None or value != value else format(value, spec)
+
+    return (
+        f"score {g('score')} (corr {g('success_corr')}), in-group sd {g('score_std_in_group')}, "
+        f"credit flipped {g('credit_sign_changed', '.0%')}, corr {g('credit_corr')}"
+    )
 
 
 SHUFFLE = "shuffle_advantages=true"
@@ -181,7 +204,7 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
             lines.append(f"| {worse} < {better} | {versus} |")
         lines += [""] if orderings else []
     lines += [
-        "| arm | seed | per iteration: training successes, optimizer steps, KL (, SFT replay loss) |",
+        "| arm | seed | per iteration: training successes, optimizer steps, KL (, SFT replay loss; World-In-Agent) |",
         "|---|---|---|",
     ]
     for arm in arms:
@@ -189,6 +212,7 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
             cells = "; ".join(
                 f"{r['successes']}, {r['steps']}, {r['kl']:.2g}"
                 + (f", {r['replay']:.3g}" if r.get("replay") is not None else "")
+                + (f", {_wia_cell(r['wia'])}" if r.get("wia") else "")
                 for r in results[arm][seed]["train"]
             )
             lines.append(f"| {arm} | {seed} | {cells} |")

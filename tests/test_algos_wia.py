@@ -297,3 +297,68 @@ def test_prediction_weight_damps_the_factor_and_zero_is_the_task_return():
     assert load_config(None, ["algo.prediction_weight=0.2"]).algo.prediction_weight == 0.2
     with pytest.raises(ConfigError, match="algo.prediction_weight"):
         load_config(None, ["algo.prediction_weight=-1"])
+
+
+def test_credit_change_counts_what_the_prediction_factor_moved():
+    """``algos.credit_change``: the docstring's example; a predictor that scores every step
+    the same leaves the credit as GiGPO's (the factor cancels in each state group), and
+    scores that differ inside a group flip a step's sign."""
+    from roleagent.algos import credit_change, gigpo_advantage_parts, role_agent_advantage_parts
+
+    out = credit_change([0.7, -0.7, 0.0, 0.5], [0.7, -0.7, 0.0, -0.5])
+    assert out["credited"] == 3 and out["sign_changed"] == pytest.approx(1 / 3)
+    assert out["corr"] == pytest.approx(0.7093, abs=1e-4)
+    assert math.isnan(credit_change([0.0, 0.0], [0.0, 0.0])["sign_changed"])
+    with pytest.raises(ValueError, match="shape"):
+        credit_change([1.0], [1.0, 2.0])
+
+    # two successes from s0: a in two steps (R_task(s0) = 0.95), b in one (R_task = 1)
+    groups, trajs, rewards, states = ["g"] * 3, [0, 0, 1], [0, 1, 1], ["s0", "s1", "s0"]
+    task = gigpo_advantage_parts(groups, trajs, rewards, states, gamma=0.95)[1]
+
+    def modulated(scores):
+        return role_agent_advantage_parts(groups, trajs, rewards, states, scores, gamma=0.95)[0]
+
+    constant = modulated([[0.6]] * 3)
+    np.testing.assert_allclose(constant, task, atol=1e-4)
+    same = credit_change(constant, task)
+    assert same["credited"] == 2 and same["sign_changed"] == 0.0 and same["corr"] == pytest.approx(1.0)
+    # a foresees the next state (1.0), b does not (0.0): a's return 0.95 * 2 passes b's 1.0 * 1
+    varied = modulated([[1.0], [1.0], [0.0]])
+    assert task[0] < 0 < task[2] and varied[0] > 0 > varied[2]
+    assert credit_change(varied, task) == {"credited": 2, "sign_changed": 1.0, "corr": pytest.approx(-1.0)}
+
+
+def test_role_agent_estimator_reports_the_task_return_step_part():
+    """The ``step_task`` part is GiGPO's step part of the same batch; it is not trained on."""
+    from roleagent.algos import credit_change as algos_credit_change
+    from roleagent.config import AlgoConfig
+    from roleagent.methods.role_agent.wia import role_agent_estimator
+    from roleagent.trainer.advantages import StepBatch, gigpo
+    from roleagent.types import Step, Task, Trajectory
+
+    def trajectory(rewards, tag, score):
+        steps = [Step("o", "s0" if t == 0 else f"{tag}{t}", "x", "x", True, reward=r) for t, r in enumerate(rewards)]
+        for step in steps:
+            step.extras["wia"] = {"predictions": ["o"], "scores": [score]}
+        return Trajectory(task=Task("t/0", "scripted"), seed=0, instruction="", steps=steps)
+
+    batch = StepBatch.from_trajectories(
+        [trajectory([0, 1], "a", 1.0), trajectory([1], "b", 0.0), trajectory([0], "c", 0.0)]
+    )
+    out = role_agent_estimator(batch, AlgoConfig(name="role_agent"))
+    np.testing.assert_allclose(out.parts["step_task"], gigpo(batch, AlgoConfig(name="gigpo")).parts["step"])
+    np.testing.assert_allclose(out.value, out.parts["step"] + out.parts["episode"])
+    assert not np.allclose(out.parts["step"], out.parts["step_task"])
+
+    # the method's metrics read them back from the records the trainer writes
+    from roleagent.methods.role_agent.wia import credit_metrics
+    from roleagent.trainer.advantages import write_records
+
+    write_records(batch, out)
+    metrics = credit_metrics(batch.steps)
+    expected = algos_credit_change(out.parts["step"], out.parts["step_task"])
+    assert metrics == {f"credit_{k}": pytest.approx(v) for k, v in expected.items()} | {
+        "score_std_in_group": pytest.approx(np.std([1.0, 0.0, 0.0]))  # s0: a, b and c
+    }
+    assert credit_metrics([Step("o", "s", "x", "x", True)]) == {}  # no records: no metrics

@@ -32,7 +32,9 @@ def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
     for seed, seen in enumerate([[0, 1, 0, 0], [0, 1, 1, 0]]):
         _run(tmp_path / "out" / f"a_s{seed}", "after", {"seen": seen, "unseen": [0, 0, 0, 1]}, train)
         _run(tmp_path / "out" / f"b_s{seed}", "after", {"seen": [1, 1, 0, 0], "unseen": [0, 0, None, 1]}, train)
-    _run(tmp_path / "out" / "c_s0", "after", {"seen": [1, 1, 0, 0], "unseen": [0, 0, 0, 1]}, train)  # seed 1 unfinished
+    wia = {"wia/score": 0.91, "wia/success_corr": 0.25, "wia/credit_sign_changed": 0.04, "wia/credit_corr": 0.98}
+    _run(tmp_path / "out" / "c_s0", "after", {"seen": [1, 1, 0, 0], "unseen": [0, 0, 0, 1]}, [{**train[0], **wia}])
+    # (c: seed 1 unfinished)
     assert bench_rl_phase.evaluations(reference, "sft") == {
         "seen": [True, True, False, False],
         "unseen": [False, False, False, True],
@@ -69,6 +71,8 @@ def test_lost_and_won_games_and_the_per_game_tests(tmp_path):
     assert "+25.0 points, 1 up 0 down of 4, p=1: unresolved (seeds 0) |" in table  # c vs a on seed 0 only
     assert "Seeds: a 0, 1; b 0, 1; c 0" in table
     assert "| a | 0 | 3/16, 8, 0.0014 |" in table
+    # World-In-Agent's mechanism where the run predicted; a metric it did not write is "-"
+    assert "| c | 0 | 3/16, 8, 0.0014, score 0.91 (corr 0.25), in-group sd -, credit flipped 4%, corr 0.98 |" in table
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["arms"] == {"a": [], "b": ["x=1"], "c": []}
 

@@ -22,6 +22,7 @@ from .returns import (
 )
 from .similarity import MAX_LMS_TOKENS, build_state_groups, lms_score, lms_tokens
 from .wia import (
+    credit_change,
     prediction_horizon,
     prediction_score_matrix,
     role_agent_advantage_parts,
@@ -35,6 +36,7 @@ __all__ = [
     "apply_invalid_penalty",
     "approx_kl_k3",
     "build_state_groups",
+    "credit_change",
     "discounted_returns",
     "episode_scores",
     "gigpo_advantage_parts",

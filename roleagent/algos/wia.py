@@ -60,6 +60,7 @@ EPISODE_STATS = ("steps", "trajectories")
 
 __all__ = [
     "EPISODE_STATS",
+    "credit_change",
     "episode_advantages",
     "lms_score",
     "prediction_horizon",
@@ -284,3 +285,40 @@ def role_agent_advantage_parts(
         group_ids, states, r, a_episode, similarity_threshold=similarity_threshold, mode=mode, eps=eps
     )
     return a_state, a_episode, groups
+
+
+def credit_change(
+    modulated: Sequence[float] | np.ndarray, task: Sequence[float] | np.ndarray, *, tol: float = 1e-9
+) -> dict:
+    """How the prediction factor moved the state-level credit of one batch: ``modulated`` is
+    A^S from the prediction-modulated returns (eq. 8 with eq. 6's R_t), ``task`` the A^S of the
+    same steps and state groups from R_task alone (w = 0: GiGPO's step part). Over the
+    *credited* samples (|A^S| > ``tol`` on either side):
+
+    - ``credited``: how many there are;
+    - ``sign_changed``: the share whose sign differs (0 is a sign of its own, so credit that
+      the factor creates or removes counts as changed);
+    - ``corr``: Pearson's correlation of the two (NaN with fewer than 2 samples or a constant
+      side). 1 means the factor changed the credit's scale only.
+
+    A predictor whose score is the same at every step leaves the credit as it was: R_t =
+    (1 + w·c)·R_task, and the normalisation inside each state group removes the constant
+    (``mean_std_norm``: the same A^S; ``mean_norm``: A^S times 1 + w·c; corr 1, nothing
+    changed sign either way). Only scores that differ between the members of a state group
+    move credit, so a near-perfect predictor is as inert as a constant one.
+
+    Example: modulated [0.7, -0.7, 0.0, 0.5], task [0.7, -0.7, 0.0, -0.5]: 3 credited (the
+    zero pair is not), 1 of them changed sign, corr 0.7093.
+    """
+    a = np.asarray(modulated, dtype=np.float64)
+    b = np.asarray(task, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"modulated has shape {a.shape}, task {b.shape}")
+    credited = (np.abs(a) > tol) | (np.abs(b) > tol)
+    a, b = a[credited], b[credited]
+    n = int(credited.sum())
+    sign_a, sign_b = (np.sign(np.where(np.abs(x) > tol, x, 0.0)) for x in (a, b))
+    changed = float(np.mean(sign_a != sign_b)) if n else float("nan")
+    constant = n < 2 or float(a.std()) == 0.0 or float(b.std()) == 0.0
+    corr = float("nan") if constant else float(np.corrcoef(a, b)[0, 1])
+    return {"credited": n, "sign_changed": changed, "corr": corr}

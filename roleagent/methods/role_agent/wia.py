@@ -179,23 +179,58 @@ def prediction_scores(steps: Sequence) -> np.ndarray:
 def role_agent_estimator(batch: StepBatch, cfg) -> Advantages:
     """Role-Agent ``A = A^S(R_t) + α·A^E`` (eq. 9) over ``batch``, with R_t modulated by the
     steps' prediction scores (``algos.role_agent_advantage_parts``) and A^E's statistics
-    per ``algo.episode_stats`` (``algos.wia.episode_advantages``)."""
-    a_state, a_episode, groups = algos.role_agent_advantage_parts(
-        batch.group_ids,
-        batch.traj_ids,
-        batch.rewards,
-        batch.states,
-        prediction_scores(batch.steps),
-        penalties=batch.penalties,
-        penalty_placement=cfg.penalty_placement,
-        gamma=cfg.gamma,
-        mode=cfg.norm,
-        similarity_threshold=cfg.similarity_threshold,
-        episode_stats=cfg.episode_stats,
-        prediction_weight=cfg.prediction_weight,
+    per ``algo.episode_stats`` (``algos.wia.episode_advantages``).
+
+    Parts: ``episode`` (A^E), ``step`` (A^S) and ``step_task``, the A^S the same steps would
+    get from R_task alone (prediction weight 0: GiGPO's step part on this batch), which is
+    not trained on; it says what the predictions changed (``WorldInAgent.after_iteration``)."""
+
+    def parts(weight: float):
+        a_state, a_episode, groups = algos.role_agent_advantage_parts(
+            batch.group_ids,
+            batch.traj_ids,
+            batch.rewards,
+            batch.states,
+            scores,
+            penalties=batch.penalties,
+            penalty_placement=cfg.penalty_placement,
+            gamma=cfg.gamma,
+            mode=cfg.norm,
+            similarity_threshold=cfg.similarity_threshold,
+            episode_stats=cfg.episode_stats,
+            prediction_weight=weight,
+        )
+        return step_part(a_state, groups, batch, cfg), a_episode, groups
+
+    scores = prediction_scores(batch.steps)
+    a_state, a_episode, groups = parts(cfg.prediction_weight)
+    a_task = parts(0.0)[0]
+    return Advantages(
+        a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state, "step_task": a_task}, groups
     )
-    a_state = step_part(a_state, groups, batch, cfg)
-    return Advantages(a_state + cfg.alpha * a_episode, {"episode": a_episode, "step": a_state}, groups)
+
+
+def credit_metrics(steps: Sequence) -> dict[str, float]:
+    """What the predictions did to the step credit of one iteration's ``steps`` (their
+    ``extras["algo"]`` records, written by the trainer after this estimator):
+    ``credit_credited`` / ``credit_sign_changed`` / ``credit_corr`` compare the trained A^S
+    with the ``step_task`` part (``algos.credit_change``), and ``score_std_in_group`` is the
+    mean standard deviation of the steps' mean prediction scores inside the state groups of
+    two or more scored steps, the only place a score can move credit."""
+    records = [(s.extras["algo"], s.extras.get("wia", {}).get("scores", [])) for s in steps if "algo" in s.extras]
+    records = [(algo, [x for x in scores if not math.isnan(x)]) for algo, scores in records if "step_task" in algo]
+    if not records:
+        return {}
+    change = algos.credit_change([a["step"] for a, _ in records], [a["step_task"] for a, _ in records])
+    out = {f"credit_{k}": float(v) for k, v in change.items()}
+    groups: dict[int, list[float]] = {}
+    for algo, scores in records:
+        if scores:
+            groups.setdefault(algo["state_group"], []).append(float(np.mean(scores)))
+    spreads = [float(np.std(v)) for v in groups.values() if len(v) > 1]
+    if spreads:
+        out["score_std_in_group"] = float(np.mean(spreads))
+    return out
 
 
 # ------------------------------------------------------------------------ method -----
@@ -228,16 +263,19 @@ class WorldInAgent(Method):
 
     def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
         """``wia/score``: the mean over trajectories of their mean prediction score;
-        ``wia/success_corr``: its point-biserial correlation with success (Role-Agent App. B.2)."""
+        ``wia/success_corr``: its point-biserial correlation with success (Role-Agent App. B.2);
+        ``wia/credit_*`` and ``wia/score_std_in_group``: what the predictions did to the step
+        credit (:func:`credit_metrics`)."""
 
         def scores_of(t: Trajectory) -> list[float]:  # the scored predictions (NaN: none parsed)
             return [x for step in t.steps for x in step.extras.get("wia", {}).get("scores", []) if not math.isnan(x)]
 
+        out: dict[str, float] = {}
         scored = [(float(np.mean(s)), t.success) for t in trajectories if (s := scores_of(t))]
-        if not scored:
-            return {}
-        scores, successes = zip(*scored)
-        return {"score": float(np.mean(scores)), "success_corr": point_biserial(list(scores), list(successes))[0]}
+        if scored:
+            scores, successes = zip(*scored)
+            out = {"score": float(np.mean(scores)), "success_corr": point_biserial(list(scores), list(successes))[0]}
+        return out | credit_metrics([step for t in trajectories for step in t.steps])
 
     def extra_samples(self, step, advantage: float) -> list[TrainSample]:
         record = step.extras.get("wia", {})
