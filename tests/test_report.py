@@ -208,3 +208,10 @@ def test_a_flat_line_gets_round_ticks_around_it():
     svg = line_chart("flat", [Series("r", [0, 1], [0.4, 0.4])])
     ticks = [float(t) for t in re.findall(r'text-anchor="end">([^<]+)<', svg)]
     assert ticks == [0.2, 0.3, 0.4, 0.5, 0.6]  # nice_ticks(0.2, 0.6)
+
+
+def test_a_spread_below_the_ticks_rounding_is_drawn_as_a_flat_line():
+    """``wia/credit_corr`` runs at 1.0 and 0.9999999: nice ticks round that to one tick, which
+    divided by zero; it is drawn as a flat line."""
+    svg = line_chart("corr", [Series("corr", [0, 1], [1.0, 0.9999999])])
+    assert svg.startswith("<svg") and "nan" not in svg
