@@ -211,7 +211,8 @@ def test_a_flat_line_gets_round_ticks_around_it():
 
 
 def test_a_spread_below_the_ticks_rounding_is_drawn_as_a_flat_line():
-    """``wia/credit_corr`` runs at 1.0 and 0.9999999: nice ticks round that to one tick, which
-    divided by zero; it is drawn as a flat line."""
-    svg = line_chart("corr", [Series("corr", [0, 1], [1.0, 0.9999999])])
+    """A correlation of 1.0 and 0.9999999999999999 (``wia/credit_corr``): nice ticks round the
+    spread to one value, which divided by zero; it is drawn as a flat line."""
+    assert nice_ticks(0.9999999999999999, 1.0)[0] == nice_ticks(0.9999999999999999, 1.0)[-1]
+    svg = line_chart("corr", [Series("corr", [0, 1], [1.0, 0.9999999999999999])])
     assert svg.startswith("<svg") and "nan" not in svg
