@@ -6,7 +6,9 @@ The three decoders get the same left-padded prompts (ALFWorld-style actor prompt
 and the same number of new tokens N per row: a hook on the LM head bans the end-of-turn
 token in all three, so no row stops early and every decoder generates exactly B × N tokens
 (asserted). The model is the embedded SmolLM2-135M-Instruct (``--weights random``: its
-architecture with random weights, the same arithmetic without the conversion).
+architecture with random weights, the same arithmetic without the conversion; ``--model FOLDER``:
+another model's folder, or with ``--weights random`` just its config.json and tokenizer, e.g. to
+time the embedded architecture on a machine without the GGUF).
 
 - **plain loop**: one prefill forward with a ``DynamicCache``, then one forward per token,
   sampling on the device (softmax, ``torch.multinomial``), the attention mask grown by one
@@ -25,6 +27,7 @@ whole-command greedy, :mod:`roleagent.engine.command_greedy`, against token gree
 
     python benchmarks/bench_engine.py [--batches 1 16 64] [--new-tokens 32] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--threads N] [--repeats 2] [--constrained] [--weights embedded|random]
+        [--model embedded|FOLDER]
 """
 
 from __future__ import annotations
@@ -73,10 +76,12 @@ def alfworld_prompt(i: int) -> tuple[list[dict[str, str]], list[str]]:
     return messages, admissible
 
 
-def load_model(weights: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
+def load_model(weights: str, device: str, dtype: torch.dtype, path: str = "embedded") -> torch.nn.Module:
+    """The model at ``path`` (``embedded``: the embedded model's converted folder); ``weights
+    random``: its architecture with seeded random weights (the folder needs only config.json)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = embedded_model_dir()
+    path = embedded_model_dir() if path == "embedded" else path
     if weights == "random":
         with torch.random.fork_rng():
             torch.manual_seed(0)
@@ -203,10 +208,11 @@ def run(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    tokenizer = load_tokenizer("embedded")
-    model = load_model(args.weights, args.device, dtype)
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.weights, args.device, dtype, args.model)
     ban_token(model, tokenizer.eos_token_id)
-    policy = Policy(model=model, tokenizer=tokenizer, name=f"smollm2-135m ({args.weights})")
+    name = "smollm2-135m" if args.model == "embedded" else Path(args.model).name
+    policy = Policy(model=model, tokenizer=tokenizer, name=f"{name} ({args.weights})")
     engine = create_engine("hf", policy, max_batch=max(args.batches), max_prompt_tokens=4096)
     generator = torch.Generator(device=args.device).manual_seed(0)
     n = args.new_tokens
@@ -245,6 +251,11 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--constrained", action="store_true", help="also constrained vs free HFEngine decoding")
     parser.add_argument("--weights", default="embedded", choices=["embedded", "random"])
+    parser.add_argument(
+        "--model",
+        default="embedded",
+        help="embedded, or a local folder with config.json and the tokenizer (and the weights unless --weights random)",
+    )
     run(parser.parse_args(argv))
 
 

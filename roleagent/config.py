@@ -212,6 +212,7 @@ class TrainConfig:
     run_dir: str = setting("runs/default", "output folder: config, metrics, rollouts, checkpoints")
     seed: int = setting(0, "seeds every random source")
     iterations: int = setting(2, "training iterations")
+    budget_minutes: float = setting(0.0, "wall-clock minutes after which no new iteration starts (0: no limit)")
     checkpoint_every: int = setting(1, "save a resumable checkpoint every k iterations")
     threads: int = setting(0, "torch CPU threads (0: all cores; 1 per process when processes share the cores)")
     release_memory: bool = setting(

@@ -30,6 +30,7 @@ FIELD_RULES: dict[str, Rule] = {
     "run_dir": FOLDER,
     "seed": SEED,
     "iterations": count(0),
+    "budget_minutes": at_least(0),
     "checkpoint_every": count(1),
     "threads": count(0),
     "mmap_threshold_kb": within(0, 32768),  # glibc's largest (HEAP_MAX_SIZE / 2 on 64 bits)

@@ -107,6 +107,37 @@ def test_rerunning_a_finished_run_changes_nothing(tmp_path, reference, capsys):
     assert files() == before and memory_rows(run_dir) == rows
 
 
+def test_a_spent_budget_stops_training_checkpoints_and_evaluates(tmp_path, monkeypatch, capsys):
+    """budget_minutes: no iteration starts once it is spent; the last iteration trained is
+    checkpointed (here between checkpoint_every's), the final evaluation runs, and the run
+    counts as finished (rerunning it changes nothing)."""
+    asked = []
+
+    def spent(self):
+        asked.append(self.cfg.budget_minutes)
+        return len(asked) > 2  # spent before the third iteration
+
+    extra = ["checkpoint_every=3", "budget_minutes=5"]
+    monkeypatch.setattr(Trainer, "budget_spent", spent)
+    run(tmp_path / "run", 5, extra)
+    monkeypatch.undo()
+    assert [r.get("iteration", r.get("eval")) for r in metrics(tmp_path / "run")] == ["before", 0, 1, "after"]
+    assert "budget_minutes spent after 2 of 5 iterations" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "checkpoints" / "iter_000001" / "finished.json").read_text())["evals"]
+    assert run(tmp_path / "run", 5, extra).finished  # not trained again
+
+    trainer = Trainer(config(tmp_path / "timed", 1, ["budget_minutes=1"]), quiet=True)
+    try:
+        trainer.started -= 59
+        assert not trainer.budget_spent()
+        trainer.started -= 2
+        assert trainer.budget_spent()
+        trainer.cfg.budget_minutes = 0  # no limit
+        assert not trainer.budget_spent()
+    finally:
+        trainer.close()
+
+
 # ------------------------------------------------------- item 19: damaged checkpoints ------
 
 

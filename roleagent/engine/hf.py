@@ -180,11 +180,13 @@ class HFEngine:
             logits = output.logits[:, -1, :].float()  # (b, V)
             allowed = {(row,): cursors[i].allowed() for row, i in enumerate(alive) if cursors[i] is not None}
             tokens, logprobs = self._sample(logits, params, allowed)  # (b,), (b,)
+            # one host transfer per step: on a GPU each int(tokens[row]) would wait for the device
+            step_tokens, step_logprobs = tokens.tolist(), logprobs.tolist()
             keep: list[int] = []
             for row, original in enumerate(alive):
-                token = int(tokens[row])
+                token = step_tokens[row]
                 out_ids[original].append(token)
-                out_logprobs[original].append(float(logprobs[row]))
+                out_logprobs[original].append(step_logprobs[row])
                 if cursors[original] is not None:
                     out_allowed[original].append(allowed[(row,)])
                     finished = cursors[original].advance(token)

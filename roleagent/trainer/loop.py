@@ -123,6 +123,7 @@ class Trainer:
         self._build_stages(cfg)
         self.metrics, self.memory = MetricsWriter.from_config(cfg), PhaseMemory(release=cfg.release_memory)
         self.start_iteration = 0
+        self.started = time.perf_counter()  # budget_minutes counts from here
         self.evals: list[EvalResult] = []
         self.resumed_from: Path | None = None
         self.finished = False  # the run's final evaluation is already on disk
@@ -226,6 +227,11 @@ class Trainer:
             self.evaluate("before")
         checkpoint = self.resumed_from
         for iteration in range(self.start_iteration, cfg.iterations):
+            if self.budget_spent():  # checkpoint what was trained, then the final evaluation
+                self._warn(f"budget_minutes spent after {iteration} of {cfg.iterations} iterations")
+                if iteration > self.start_iteration and iteration % cfg.checkpoint_every:
+                    checkpoint = self.save(iteration - 1)
+                break
             record = self.train_iteration(iteration)
             self.metrics.write(record)
             self._log(record)
@@ -238,6 +244,10 @@ class Trainer:
         if checkpoint is not None:
             mark_finished(checkpoint, {"iterations": cfg.iterations, "evals": [e.row() for e in self.evals]})
         return self.evals
+
+    def budget_spent(self) -> bool:
+        """``budget_minutes`` (0: none) have passed since the trainer was built."""
+        return bool(self.cfg.budget_minutes) and time.perf_counter() - self.started >= 60 * self.cfg.budget_minutes
 
     def train_iteration(self, iteration: int) -> dict:
         cfg, started = self.cfg, time.perf_counter()
