@@ -30,6 +30,9 @@ from its ``metrics.jsonl``. Per arm and split:
   against its start outcome (``roleagent.stats.paired_rate_test``; the seeds of one game
   share their start, so they are not independent pairs), with a one-word verdict;
 - the same test against the first arm, and for each ``--compare A:B`` (A expected below B);
+- with ``eval.sampled`` (``--set eval.sampled=K``, and a reference evaluated with it): the same
+  for the sampled passes, per game the successes over K episodes × seeds, so a game's change
+  is a rate and a fragile greedy win weighs what it is worth (``paired_rate_test``);
 - per seed, the training successes, optimizer steps and KL of each iteration, and in an arm
   with World-In-Agent its mechanism: the mean prediction score and its correlation with
   success, the scores' spread inside state groups, and how much of the step credit the
@@ -60,6 +63,18 @@ def evaluations(run_dir: Path, label: str) -> dict[str, list[bool | None]]:
         record = json.loads(line) if line.strip() else {}
         if record.get("eval") == label:
             out[record["split"]] = [None if x is None else bool(x) for x in record["eval/outcomes"]]
+    return out
+
+
+def sampled_rates(run_dir: Path, label: str) -> dict[str, list[tuple[int, int]]]:
+    """``{split: per game (successes, episodes)}`` of the ``label`` evaluation's sampled passes
+    (``eval.sampled`` > 0); a split evaluated greedily only is absent."""
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if record.get("eval") == label and "eval/sampled_game_successes" in record:
+            pairs = zip(record["eval/sampled_game_successes"], record["eval/sampled_game_episodes"])
+            out[record["split"]] = [(int(k), int(n)) for k, n in pairs]
     return out
 
 
@@ -164,10 +179,12 @@ def child(recipe: str, sets: list[str]) -> None:
         loop.compute_advantages = estimate  # the process may go on (a test calls this)
 
 
-def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=()) -> str:
+def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(), start_sampled=None) -> str:
     """The markdown report (module docstring) of ``{arm: {seed: {"after": ..., "train": ...}}}``:
     each arm over its finished seeds, an arm against the first over the seeds both finished,
-    and each ``(worse, better)`` pair of ``compare`` (an ordering to check) over theirs."""
+    and each ``(worse, better)`` pair of ``compare`` (an ordering to check) over theirs; with
+    ``start_sampled`` (:func:`sampled_rates` of the start), the same for the sampled passes
+    of the arms whose every seed has them (a seed's ``"sampled"``)."""
     arms, first = list(results), next(iter(results), None)
     lines = [
         "k/n = success [95% Wilson interval], in %. Seeds: " + "; ".join(f"{a} {_seeds(results[a])}" for a in arms),
@@ -203,6 +220,7 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
             versus = _versus(results, worse, better, split) if _common(results, worse, better) else "no seed in common"
             lines.append(f"| {worse} < {better} | {versus} |")
         lines += [""] if orderings else []
+        lines += _sampled_block(split, (start_sampled or {}).get(split), results, first)
     lines += [
         "| arm | seed | per iteration: training successes, optimizer steps, KL (, SFT replay loss; World-In-Agent) |",
         "|---|---|---|",
@@ -217,6 +235,31 @@ def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(
             )
             lines.append(f"| {arm} | {seed} | {cells} |")
     return "\n".join(lines)
+
+
+def _sampled_block(split: str, start: list | None, results: dict, first: str) -> list[str]:
+    """The sampled passes of ``split``: each arm's per-game rates summed over its seeds, pooled
+    with a Wilson interval, and per game against the start and the first arm (rate tests)."""
+    arms = {
+        arm: [(sum(k for k, _ in game), sum(n for _, n in game)) for game in zip(*per_seed)]
+        for arm, runs in results.items()
+        if all(split in runs[s].get("sampled", {}) for s in runs)
+        for per_seed in [[runs[s]["sampled"][split] for s in sorted(runs)]]
+    }
+    if start is None or not arms:
+        return []
+    k, n = (sum(x) for x in zip(*start))
+    lines = [
+        f"Sampled passes (eval.sampled, at the rollouts' temperature), start {format_rate(k, n)}:",
+        "",
+        f"| arm | sampled after, pooled over seeds | vs start, per game | vs {first}, per game (all seeds of each) |",
+        "|---|---|---|---|",
+    ]
+    for arm, rates in arms.items():
+        k, n = (sum(x) for x in zip(*rates))
+        versus = paired_rate_test(arms[first], rates) if arm != first and first in arms else "-"
+        lines.append(f"| {arm} | {format_rate(k, n)} | {paired_rate_test(start, rates)} | {versus} |")
+    return [*lines, ""]
 
 
 def _common(results, a: str, b: str) -> list[int]:
@@ -297,8 +340,12 @@ def main(argv=None) -> None:
     for name, _, seed in jobs:
         run_dir = args.out / f"{name}_s{seed}"
         if finished(run_dir, start):
-            results.setdefault(name, {})[seed] = {"after": evaluations(run_dir, "after"), "train": training(run_dir)}
-    report = table(start, results, args.compare)
+            results.setdefault(name, {})[seed] = {
+                "after": evaluations(run_dir, "after"),
+                "sampled": sampled_rates(run_dir, "after"),
+                "train": training(run_dir),
+            }
+    report = table(start, results, args.compare, sampled_rates(args.reference, args.label))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(
         json.dumps({"arms": dict(args.arm), "start": start, "results": results}, indent=1)

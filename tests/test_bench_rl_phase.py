@@ -130,3 +130,37 @@ def test_an_arm_runs_another_recipe_on_the_chosen_panels_and_orderings_are_teste
     # game 0 lost by a and won back by b on both seeds, game 2 won by b: +50 points over 4 games
     assert "| a < b | +50.0 points, 2 up 0 down of 4, p=0.5: unresolved |" in table
     assert "b < zz" not in table  # an arm that is not in the benchmark is not compared
+
+
+def test_sampled_passes_are_tested_per_game_as_rates(tmp_path):
+    """With eval.sampled, each game's successes over K episodes × seeds form its rate: an arm
+    is tested against the start and the first arm with the rate test; an arm one of whose
+    seeds was evaluated greedily only gets no sampled row."""
+
+    def sampled_run(run_dir, successes, episodes=2):
+        _run(run_dir, "after", {"seen": [0, 0, 0]})
+        record = {
+            "eval": "after",
+            "split": "seen",
+            "eval/outcomes": [0, 0, 0],
+            "eval/sampled_game_successes": successes,
+            "eval/sampled_game_episodes": [episodes] * len(successes),
+        }
+        (run_dir / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+
+    sampled_run(tmp_path / "ref", [0, 1, 0])
+    assert bench_rl_phase.sampled_rates(tmp_path / "ref", "after") == {"seen": [(0, 2), (1, 2), (0, 2)]}
+    for seed, successes in enumerate([[1, 1, 1], [2, 1, 1]]):
+        sampled_run(tmp_path / "out" / f"a_s{seed}", successes)
+        sampled_run(tmp_path / "out" / f"b_s{seed}", [0, 1, 0])
+    _run(tmp_path / "out" / "c_s0", "after", {"seen": [0, 0, 0]})  # greedy only
+    sampled_run(tmp_path / "out" / "c_s1", [0, 0, 0])
+    arms = ["--arm", "a:", "--arm", "b:", "--arm", "c:"]
+    out = ["--out", str(tmp_path / "out"), "--summarize"]
+    bench_rl_phase.main(["--reference", str(tmp_path / "ref"), "--label", "after", "--seeds", "0", "1", *arms, *out])
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "start 1/6 = 16.7%" in table
+    # a: per game 3/4, 2/4, 2/4 against 0/2, 1/2, 0/2: d = +0.75, 0, +0.5 -> +41.7 points, 2 up of 3
+    assert "| a | 7/12 = 58.3% [32.0, 80.7] | +41.7 points, 2 up 0 down of 3, p=0.5: unresolved | - |" in table
+    assert "| b | 2/12 = 16.7% [4.7, 44.8] | +0.0 points, 0 up 0 down of 3, p=1: unchanged | -41.7 points" in table
+    assert "| c |" not in table.split("Sampled passes")[1].split("| arm | seed |")[0]  # c's seed 0: greedy only
