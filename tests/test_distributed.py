@@ -8,7 +8,9 @@ import os
 import pickle
 import random
 import socket
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -136,6 +138,21 @@ def test_share_and_shard_are_contiguous_and_balanced():
 
 
 @pytest.mark.slow
+def test_rank_zeros_clock_decides_the_budget_for_every_rank():
+    """budget_minutes under torchrun: ranks stopping at different iterations would wait on
+    each other's collectives, so every rank takes rank 0's answer; no budget, no collective."""
+    trainer = object.__new__(DistributedTrainer)
+    trainer.cfg, trainer.started = SimpleNamespace(budget_minutes=1), time.perf_counter()
+    asked = []
+    trainer.dp = SimpleNamespace(gather=lambda mine: asked.append(mine) or [True, mine])  # rank 0: spent
+    assert trainer.budget_spent() and asked == [False]  # this rank's own clock: 0 of 60 s
+    trainer.started -= 61
+    trainer.dp = SimpleNamespace(gather=lambda mine: [False, mine])  # rank 0: not yet
+    assert not trainer.budget_spent()
+    trainer.cfg.budget_minutes, trainer.dp = 0, None  # no budget: dp is not asked
+    assert not trainer.budget_spent()
+
+
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     ranks = _launch(tmp_path / "dp", 1, tmp_path / "out")
     assert [r["local_jobs"] for r in ranks] == [[2], [2]]  # each rank played half of the episodes

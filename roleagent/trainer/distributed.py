@@ -205,6 +205,11 @@ class DistributedTrainer(Trainer):
                 "is missing); restart with --no-resume or remove the newer checkpoints"
             )
 
+    def budget_spent(self) -> bool:
+        """Rank 0's clock decides for every rank (``budget_minutes``): ranks that stopped at
+        different iterations would wait forever on each other's collectives."""
+        return bool(self.cfg.budget_minutes) and self.dp.gather(super().budget_spent())[0]
+
     def _build_stages(self, cfg: TrainConfig) -> None:
         if self.fsdp:  # sharded before the optimizer sees the parameters; gathered for rollouts
             from roleagent.trainer import fsdp
