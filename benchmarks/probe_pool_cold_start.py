@@ -1,0 +1,62 @@
+"""Where an RL run's first iteration goes in its environments: the first reset of a fresh
+pool of worker processes, with the iteration's games not yet generated (``cold``) or
+generated beforehand in this process (``warm``), then a second reset of the same tasks
+(benchmarks/RESULTS.md, the H200 paragraph of "The five-configuration benchmark"). The
+default is one ALFWorld RL iteration of the GPU runs: 8 training tasks x 4 slots.
+
+    python benchmarks/probe_pool_cold_start.py cold
+    python benchmarks/probe_pool_cold_start.py warm [--tasks 8] [--group 4] [--first 1000]
+
+Each mode generates into a fresh cache folder (``$ROLEAGENT_CACHE`` is set to a temporary
+folder), so ``cold`` really generates. Prints one line of seconds: the pool's start (the
+spawns return at once; each worker imports and builds its environment before it answers
+its first call), the first and the second reset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["cold", "warm"])
+    parser.add_argument("--tasks", type=int, default=8, help="distinct training tasks")
+    parser.add_argument("--group", type=int, default=4, help="slots per task (rollout.group_size)")
+    parser.add_argument("--first", type=int, default=1000, help="index of the first training task")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pool-probe-") as cache:
+        os.environ["ROLEAGENT_CACHE"] = cache  # read by the spawned workers too
+        from roleagent.envs.base import make_env
+        from roleagent.envs.workers import EnvPool
+
+        kwargs = {"difficulty": "easy", "max_steps": 12, "expert": "search"}
+        tasks = make_env("alfworld", **kwargs).tasks("train")[args.first : args.first + args.tasks]
+        if args.mode == "warm":
+            started = time.perf_counter()
+            meta = make_env("alfworld", **kwargs)
+            for task in tasks:
+                meta.game_file(task)
+            print(f"generated the {len(tasks)} games beforehand in {time.perf_counter() - started:.1f} s")
+        assignments = [(slot, tasks[slot // args.group], 0) for slot in range(len(tasks) * args.group)]
+        t0 = time.perf_counter()
+        pool = EnvPool("alfworld", kwargs, slots=len(assignments))
+        try:
+            t1 = time.perf_counter()
+            pool.reset(assignments)
+            t2 = time.perf_counter()
+            pool.reset(assignments)
+            t3 = time.perf_counter()
+        finally:
+            pool.close()
+    print(
+        f"{args.mode}: {len(assignments)} slots, pool start {t1 - t0:.1f} s, first reset {t2 - t1:.1f} s, "
+        f"second reset {t3 - t2:.1f} s"
+    )
+
+
+if __name__ == "__main__":  # the workers are spawned: they import this file without running it
+    main()
