@@ -241,10 +241,9 @@ def _sampled_block(split: str, start: list | None, results: dict, first: str) ->
     """The sampled passes of ``split``: each arm's per-game rates summed over its seeds, pooled
     with a Wilson interval, and per game against the start and the first arm (rate tests)."""
     arms = {
-        arm: [(sum(k for k, _ in game), sum(n for _, n in game)) for game in zip(*per_seed)]
+        arm: _summed([runs[s]["sampled"][split] for s in sorted(runs)])
         for arm, runs in results.items()
         if all(split in runs[s].get("sampled", {}) for s in runs)
-        for per_seed in [[runs[s]["sampled"][split] for s in sorted(runs)]]
     }
     if start is None or not arms:
         return []
@@ -260,6 +259,11 @@ def _sampled_block(split: str, start: list | None, results: dict, first: str) ->
         versus = paired_rate_test(arms[first], rates) if arm != first and first in arms else "-"
         lines.append(f"| {arm} | {format_rate(k, n)} | {paired_rate_test(start, rates)} | {versus} |")
     return [*lines, ""]
+
+
+def _summed(per_seed: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """Per game, (successes, episodes) summed over the seeds' lists."""
+    return [(sum(k for k, _ in game), sum(n for _, n in game)) for game in zip(*per_seed)]
 
 
 def _common(results, a: str, b: str) -> list[int]:
@@ -287,9 +291,7 @@ def _seeds(seeds) -> str:
 
 def _rates(outcomes: list[list[bool | None]]) -> list[tuple[int, int]]:
     """Per game, (successes, played episodes) over the seeds' outcome lists."""
-    return [
-        (sum(o[g] is True for o in outcomes), sum(o[g] is not None for o in outcomes)) for g in range(len(outcomes[0]))
-    ]
+    return _summed([[(int(o is True), int(o is not None)) for o in seed] for seed in outcomes])
 
 
 def main(argv=None) -> None:

@@ -137,7 +137,6 @@ def test_share_and_shard_are_contiguous_and_balanced():
     assert [s.length for s in dp.shard(samples)] == [2, 5]
 
 
-@pytest.mark.slow
 def test_rank_zeros_clock_decides_the_budget_for_every_rank():
     """budget_minutes under torchrun: ranks stopping at different iterations would wait on
     each other's collectives, so every rank takes rank 0's answer; no budget, no collective."""
@@ -153,6 +152,7 @@ def test_rank_zeros_clock_decides_the_budget_for_every_rank():
     assert not trainer.budget_spent()
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     ranks = _launch(tmp_path / "dp", 1, tmp_path / "out")
     assert [r["local_jobs"] for r in ranks] == [[2], [2]]  # each rank played half of the episodes
