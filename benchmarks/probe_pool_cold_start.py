@@ -6,11 +6,14 @@ default is one ALFWorld RL iteration of the GPU runs: 8 training tasks x 4 slots
 
     python benchmarks/probe_pool_cold_start.py cold
     python benchmarks/probe_pool_cold_start.py warm [--tasks 8] [--group 4] [--first 1000]
+    python benchmarks/probe_pool_cold_start.py warm --start-methods spawn forkserver spawn forkserver
 
-Each mode generates into a fresh cache folder (``$ROLEAGENT_CACHE`` is set to a temporary
-folder), so ``cold`` really generates. Prints one line of seconds: the pool's start (the
-spawns return at once; each worker imports and builds its environment before it answers
-its first call), the first and the second reset.
+Each pool generates into a fresh cache folder (``$ROLEAGENT_CACHE`` is set to a temporary
+folder), so ``cold`` really generates. Prints one line of seconds per pool: the pool's start
+(the workers' processes start at once; each imports and builds its environment before it
+answers its first call), the first and the second reset; with several ``--start-methods``
+(``env.start_method``), played one after the other in this process, the ratio of each
+method's mean first reset to the first method's.
 """
 
 from __future__ import annotations
@@ -27,9 +30,21 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8, help="distinct training tasks")
     parser.add_argument("--group", type=int, default=4, help="slots per task (rollout.group_size)")
     parser.add_argument("--first", type=int, default=1000, help="index of the first training task")
+    parser.add_argument("--start-methods", nargs="+", default=["spawn"], choices=["spawn", "forkserver"])
     args = parser.parse_args()
+    first_resets: dict[str, list[float]] = {}
+    for method in args.start_methods:
+        first_resets.setdefault(method, []).append(probe(args, method))
+    means = {method: sum(times) / len(times) for method, times in first_resets.items()}
+    for method, mean in means.items():
+        print(f"first reset, {method} / {args.start_methods[0]} = {mean / means[args.start_methods[0]]:.2f}")
+
+
+def probe(args, method: str) -> float:
+    """One fresh pool's start and two resets with workers started by ``method``; returns the
+    first reset's seconds."""
     with tempfile.TemporaryDirectory(prefix="pool-probe-") as cache:
-        os.environ["ROLEAGENT_CACHE"] = cache  # read by the spawned workers too
+        os.environ["ROLEAGENT_CACHE"] = cache  # read by the workers too
         from roleagent.envs.base import make_env
         from roleagent.envs.workers import EnvPool
 
@@ -43,7 +58,7 @@ def main() -> None:
             print(f"generated the {len(tasks)} games beforehand in {time.perf_counter() - started:.1f} s")
         assignments = [(slot, tasks[slot // args.group], 0) for slot in range(len(tasks) * args.group)]
         t0 = time.perf_counter()
-        pool = EnvPool("alfworld", kwargs, slots=len(assignments))
+        pool = EnvPool("alfworld", kwargs, slots=len(assignments), start_method=method)
         try:
             t1 = time.perf_counter()
             pool.reset(assignments)
@@ -53,10 +68,11 @@ def main() -> None:
         finally:
             pool.close()
     print(
-        f"{args.mode}: {len(assignments)} slots, pool start {t1 - t0:.1f} s, first reset {t2 - t1:.1f} s, "
+        f"{args.mode}, {method}: {len(assignments)} slots, pool start {t1 - t0:.1f} s, first reset {t2 - t1:.1f} s, "
         f"second reset {t3 - t2:.1f} s"
     )
+    return t2 - t1
 
 
-if __name__ == "__main__":  # the workers are spawned: they import this file without running it
+if __name__ == "__main__":  # spawned workers import this file without running it
     main()

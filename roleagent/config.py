@@ -92,6 +92,7 @@ class EnvConfig:
         "local", "local: slots on this machine (see processes) | ray: one Ray actor per slot (roleagent[ray])"
     )
     timeout: float = setting(120.0, "seconds before an unresponsive environment worker is restarted")
+    start_method: str = setting("forkserver", "forkserver (workers forked from one that imported the env) | spawn")
     train_split: str = setting("train", "split the training tasks come from")
     train_tasks: list = setting(
         [],

@@ -58,6 +58,7 @@ FIELD_RULES: dict[str, Rule] = {
     "env.name": NONEMPTY,
     "env.timeout": above(0),
     "env.backend": one_of("local", "ray"),
+    "env.start_method": one_of("spawn", "forkserver"),
     "env.train_split": NONEMPTY,
     "env.train_tasks": (
         lambda v: all(isinstance(t, str) and t for t in v) and len(set(v)) == len(v),

@@ -71,6 +71,9 @@ class Environment:
     #: (0: no limit; enforced in worker processes and in the main thread, see
     #: ``roleagent.envs.safety.cpu_deadline``).
     step_cpu_seconds: float = 60.0
+    #: Modules building and resetting an instance imports, worth importing once in the server
+    #: that forks the worker processes (``env.start_method: forkserver``).
+    preload: tuple[str, ...] = ()
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of a split ("train", "eval", or an environment's own panel names)."""
@@ -205,5 +208,5 @@ def instantiate(factory: str, kwargs: dict[str, Any]) -> Environment:
 
 
 def factory_of(name: str) -> str:
-    """The ``"module:Class"`` of ``name``; spawned workers import it by this path."""
+    """The ``"module:Class"`` of ``name``; worker processes import it by this path."""
     return env_spec(name).factory

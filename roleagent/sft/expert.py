@@ -58,7 +58,9 @@ def play_expert_trajectories(
     from roleagent.evaluation import eval_splits, panel
 
     e = cfg.env
-    with EnvPool(e.name, e.kwargs, slots=workers, processes=e.processes, timeout=e.timeout) as pool:
+    with EnvPool(
+        e.name, e.kwargs, slots=workers, processes=e.processes, timeout=e.timeout, start_method=e.start_method
+    ) as pool:
         meta = pool.meta
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         tasks = expert_tasks(meta.tasks(e.train_split), n_tasks, seed=cfg.seed, exclude=exclude)
