@@ -6,14 +6,14 @@ default is one ALFWorld RL iteration of the GPU runs: 8 training tasks x 4 slots
 
     python benchmarks/probe_pool_cold_start.py cold
     python benchmarks/probe_pool_cold_start.py warm [--tasks 8] [--group 4] [--first 1000]
-    python benchmarks/probe_pool_cold_start.py warm --start-methods spawn forkserver spawn forkserver
+    python benchmarks/probe_pool_cold_start.py cold --pools spawn:unshared forkserver:unshared forkserver [...]
 
 Each pool generates into a fresh cache folder (``$ROLEAGENT_CACHE`` is set to a temporary
 folder), so ``cold`` really generates. Prints one line of seconds per pool: the pool's start
 (the workers' processes start at once; each imports and builds its environment before it
-answers its first call), the first and the second reset; with several ``--start-methods``
-(``env.start_method``), played one after the other in this process, the ratio of each
-method's mean first reset to the first method's.
+answers its first call), the first and the second reset; with several ``--pools`` (their
+``env.start_method``, and whether each task's game is built by one slot first), played one
+after the other in this process, the ratio of each pool's mean first reset to the first's.
 """
 
 from __future__ import annotations
@@ -30,19 +30,27 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8, help="distinct training tasks")
     parser.add_argument("--group", type=int, default=4, help="slots per task (rollout.group_size)")
     parser.add_argument("--first", type=int, default=1000, help="index of the first training task")
-    parser.add_argument("--start-methods", nargs="+", default=["spawn"], choices=["spawn", "forkserver"])
+    parser.add_argument(
+        "--pools",
+        nargs="+",
+        default=["forkserver"],
+        choices=[f"{method}{shared}" for method in ("spawn", "forkserver") for shared in ("", ":unshared")],
+        help="pools to time, in this order: env.start_method, and :unshared for every slot building its "
+        "group's game itself (no Environment.prepare_task first)",
+    )
     args = parser.parse_args()
     first_resets: dict[str, list[float]] = {}
-    for method in args.start_methods:
-        first_resets.setdefault(method, []).append(probe(args, method))
-    means = {method: sum(times) / len(times) for method, times in first_resets.items()}
-    for method, mean in means.items():
-        print(f"first reset, {method} / {args.start_methods[0]} = {mean / means[args.start_methods[0]]:.2f}")
+    for pool in args.pools:
+        first_resets.setdefault(pool, []).append(probe(args, pool))
+    means = {pool: sum(times) / len(times) for pool, times in first_resets.items()}
+    for pool, mean in means.items():
+        print(f"first reset, {pool} / {args.pools[0]} = {mean / means[args.pools[0]]:.2f}")
 
 
-def probe(args, method: str) -> float:
-    """One fresh pool's start and two resets with workers started by ``method``; returns the
-    first reset's seconds."""
+def probe(args, variant: str) -> float:
+    """One fresh pool's start and two resets, the pool as ``variant`` says (``--pools``);
+    returns the first reset's seconds."""
+    method, _, unshared = variant.partition(":")
     with tempfile.TemporaryDirectory(prefix="pool-probe-") as cache:
         os.environ["ROLEAGENT_CACHE"] = cache  # read by the workers too
         from roleagent.envs.base import make_env
@@ -59,6 +67,8 @@ def probe(args, method: str) -> float:
         assignments = [(slot, tasks[slot // args.group], 0) for slot in range(len(tasks) * args.group)]
         t0 = time.perf_counter()
         pool = EnvPool("alfworld", kwargs, slots=len(assignments), start_method=method)
+        if unshared:
+            pool._prepare_shared = lambda assignments: None
         try:
             t1 = time.perf_counter()
             pool.reset(assignments)
@@ -68,7 +78,7 @@ def probe(args, method: str) -> float:
         finally:
             pool.close()
     print(
-        f"{args.mode}, {method}: {len(assignments)} slots, pool start {t1 - t0:.1f} s, first reset {t2 - t1:.1f} s, "
+        f"{args.mode}, {variant}: {len(assignments)} slots, pool start {t1 - t0:.1f} s, first reset {t2 - t1:.1f} s, "
         f"second reset {t3 - t2:.1f} s"
     )
     return t2 - t1

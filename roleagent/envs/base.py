@@ -85,6 +85,11 @@ class Environment:
     def reset(self, task: Task, seed: int) -> tuple[str, dict[str, Any]]:
         raise NotImplementedError
 
+    def prepare_task(self, task: Task) -> None:
+        """Build what resetting ``task`` needs and every instance can share (ALFWorld: its
+        generated game), ahead of the reset. A pool whose slots reset one task together asks
+        one of them first, so the others find it built (default: nothing to build)."""
+
     def step(self, action: str) -> StepResult:
         raise NotImplementedError
 

@@ -17,8 +17,9 @@ Workers never touch torch, and never inherit the parent's torch threads or CUDA 
 default (``env.start_method: forkserver``) one server process, started as cleanly as a
 spawned child, imports the environment's modules once (its ``preload``), and every worker
 is a fork of it, given the parent's environment variables of the moment. A 32-slot ALFWorld
-pool's first reset then takes 0.25-0.43 of the time it takes with ``spawn``, where each
+pool's first reset then takes 0.25-0.30 of the time it takes with ``spawn``, where each
 worker imports everything itself (``benchmarks/probe_pool_cold_start.py``, side by side).
+A task that several slots reset is first prepared by one of them (``prepare_task``).
 Where the platform has no forkserver (Windows), workers are spawned.
 
 ``EnvPool(..., processes=False)`` runs the same API in-process (tests, trivial envs).
@@ -101,6 +102,8 @@ def _dispatch(env: Environment, command: str, args: tuple) -> Any:
         return _reply(env, observation, None, info)
     if command == "step":
         return _step(env, args[0])
+    if command == "prepare_task":
+        return env.prepare_task(args[0])
     if command == "expert_action":
         return env.expert_action()
     if command == "diagnose":
@@ -288,6 +291,7 @@ class EnvPool:
 
     def reset(self, assignments: list[tuple[int, Task, int]]) -> list[EnvReply]:
         """Reset slot ``i`` to ``(task, seed)`` for each assignment; all in parallel."""
+        self._prepare_shared(assignments)
         replies = self._call_many("reset", [(slot, (task, seed)) for slot, task, seed in assignments])
         out = []
         for (slot, task, seed), (status, value) in zip(assignments, replies):
@@ -299,6 +303,18 @@ class EnvPool:
                 value = retry[1]
             out.append(value)
         return out
+
+    def _prepare_shared(self, assignments: list[tuple[int, Task, int]]) -> None:
+        """``Environment.prepare_task`` on one slot per task that several slots are about to
+        reset (the tasks in parallel), so a group's shared resources are built once, not by
+        each of its slots at once. A failure here is left for the reset to report."""
+        if type(self.meta).prepare_task is Environment.prepare_task:
+            return
+        first: dict[str, tuple[int, Task]] = {}
+        for slot, task, _ in assignments:
+            first.setdefault(task.id, (slot, task))
+        if len(first) < len(assignments):
+            self._call_many("prepare_task", [(slot, (task,)) for slot, task in first.values()])
 
     def step(self, actions: list[tuple[int, str]]) -> list[EnvReply]:
         """Step slot ``i`` with its action for each pair; all in parallel."""

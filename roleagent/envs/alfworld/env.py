@@ -188,6 +188,9 @@ class AlfWorldEnv(Environment):
             self.cache_dir, p["difficulty"], p["split"], p["spec"]["task_type"], f"{int(p['index']):04d}"
         )
 
+    def prepare_task(self, task: Task) -> None:
+        self.game_file(task)
+
     def prepare(self, split: str) -> list[str]:
         """Generate and planner-check every game of a split now (else done lazily on reset)."""
         return [self.game_file(t) for t in self.tasks(split)]

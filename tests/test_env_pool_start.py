@@ -1,6 +1,7 @@
-"""``env.start_method: forkserver``: workers forked from one server that imported the
-environment's module once, with the parent's environment variables of the moment, and the
-same crash handling as spawned workers."""
+"""A pool's cold start: workers forked from one server that imported the environment's
+modules once (``env.start_method: forkserver``), with the parent's environment variables of
+the moment and the same crash handling as spawned workers; and a task several slots reset
+prepared by one of them first (``Environment.prepare_task``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ class EnvironEnv(ScriptedEnv):
 
     name = "environ"
 
+    def prepare_task(self, task):
+        with open(os.path.join(os.environ["ROLEAGENT_PROBE_DIR"], f"{task.id.replace('/', '_')}.{os.getpid()}"), "w"):
+            pass
+
     def step(self, action: str):
         if action == "die":
             os._exit(3)
@@ -39,7 +44,7 @@ class EnvironEnv(ScriptedEnv):
 def environ_env(monkeypatch):
     """The test env, registered, with a forkserver of its own: the process's forkserver reads
     its preload list when it starts, and an earlier test's pool may have started it."""
-    spec = EnvSpec("environ", "tests.test_env_forkserver:EnvironEnv", (), "dev", "test env reading its variables")
+    spec = EnvSpec("environ", "tests.test_env_pool_start:EnvironEnv", (), "dev", "test env reading its variables")
     monkeypatch.setitem(base._REGISTRY, "environ", spec)
     forkserver._forkserver._stop()
     yield "environ"
@@ -81,3 +86,15 @@ def test_the_setting_reaches_the_pool_and_is_checked(environ_env):
         load_config("grpo_alfworld", ["env.start_method=fork"])
     with pytest.raises(ValueError, match="start_method"):
         EnvPool(environ_env, slots=1, start_method="fork")
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_a_task_several_slots_reset_is_prepared_once(environ_env, processes, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLEAGENT_PROBE_DIR", str(tmp_path))
+    with EnvPool(environ_env, slots=4, processes=processes, timeout=60) as pool:
+        a, b, c, d = pool.meta.tasks("train")[:4]
+        pool.reset([(0, a, 0), (1, a, 1), (2, b, 0), (3, b, 1)])  # two groups of two
+        prepared = sorted(path.name.split(".")[0] for path in tmp_path.iterdir())
+        assert prepared == sorted(task.id.replace("/", "_") for task in (a, b))
+        pool.reset([(0, a, 0), (1, b, 0), (2, c, 0), (3, d, 0)])  # no task shared: nothing to prepare first
+        assert len(list(tmp_path.iterdir())) == 2
