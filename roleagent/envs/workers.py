@@ -171,9 +171,8 @@ class _ProcessSlot:
     resolved name: a worker imports it by that name unless its forkserver preloaded it, with
     the parent's ``sys.path``)."""
 
-    def __init__(self, factory: str, env_kwargs: dict[str, Any], timeout: float, start_method: str = "forkserver"):
-        self.factory, self.env_kwargs, self.timeout = factory, env_kwargs, timeout
-        self.context = _context(start_method, factory)
+    def __init__(self, factory: str, env_kwargs: dict[str, Any], timeout: float, context):
+        self.factory, self.env_kwargs, self.timeout, self.context = factory, env_kwargs, timeout, context
         self.restarts = 0
         self._start()
 
@@ -260,7 +259,7 @@ class EnvPool:
     ):
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
-        self.processes, self.start_method = processes, start_method
+        self.processes, self.start_method, self._context = processes, start_method, None
         factory = factory_of(env_name)  # a registered name, entry point or module:Class
         self._slots = [self._new_slot(factory, timeout) for _ in range(slots)]
         # One local instance answers questions that need no episode (tasks, taxonomy).
@@ -269,7 +268,9 @@ class EnvPool:
     def _new_slot(self, factory: str, timeout: float):
         """One slot: a worker process, or in-process (``roleagent.envs.ray_pool``: a Ray actor)."""
         if self.processes:
-            return _ProcessSlot(factory, self.env_kwargs, timeout, self.start_method)
+            if self._context is None:  # once per pool: the forkserver's preload names its modules
+                self._context = _context(self.start_method, factory)
+            return _ProcessSlot(factory, self.env_kwargs, timeout, self._context)
         return _LocalSlot(self.env_name, self.env_kwargs)
 
     @property

@@ -54,13 +54,11 @@ def play_expert_trajectories(
     """:func:`play_expert`'s episodes, one per task, in :func:`expert_tasks`' order (so the
     first ``n`` of ``n + k`` tasks are the ``n`` that ``n_tasks=n`` plays), and the
     rollout settings they were played with."""
-    from roleagent.envs.workers import EnvPool
+    from roleagent.envs.workers import make_pool
     from roleagent.evaluation import eval_splits, panel
 
     e = cfg.env
-    with EnvPool(
-        e.name, e.kwargs, slots=workers, processes=e.processes, timeout=e.timeout, start_method=e.start_method
-    ) as pool:
+    with make_pool(e, slots=workers) as pool:
         meta = pool.meta
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         tasks = expert_tasks(meta.tasks(e.train_split), n_tasks, seed=cfg.seed, exclude=exclude)

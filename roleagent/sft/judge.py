@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _data(cfg, engine, out, *, tasks: int, valid: int, valid_skip: int = 0) -> dict:
-    from roleagent.envs.workers import EnvPool
+    from roleagent.envs.workers import make_pool
     from roleagent.evaluation import eval_splits, panel
     from roleagent.rollout import rollout_settings
 
@@ -366,9 +366,7 @@ def _data(cfg, engine, out, *, tasks: int, valid: int, valid_skip: int = 0) -> d
     # one slot per expansion of a round (goals × candidates, at most 32), so a round is one
     # or two batched waves, not one wave per 4 expansions
     slots = min(32, max(tasks, valid, 1) * cfg.agent_r.candidates)
-    with EnvPool(
-        e.name, e.kwargs, slots=slots, processes=e.processes, timeout=e.timeout, start_method=e.start_method
-    ) as pool:
+    with make_pool(e, slots=slots) as pool:
         meta = pool.meta
         exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
