@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 from roleagent.config import load_config
@@ -47,6 +48,34 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"an arm is NAME:KEY=VALUE,... (NAME: alone for none), not {text!r}")
     return name, [s for s in sets.split(",") if s]
+
+
+@contextmanager
+def shuffled_advantages(seed: int):
+    """A control without the learning signal, for as long as the ``with`` block runs: each
+    iteration's non-zero advantages permuted among their samples (seeded by ``seed``), so the
+    same samples train with the same magnitudes, each with another sample's advantage: an
+    update of the same size as the estimator's, carrying none of its information about which
+    action was better. A real rise that the control does not show is the signal's."""
+    import numpy as np
+
+    import roleagent.trainer.loop as loop
+
+    estimate, rng = loop.compute_advantages, np.random.default_rng(1000 + seed)
+
+    def shuffled(batch, cfg, settings=None):
+        out = estimate(batch, cfg, settings)
+        value = np.array(out.value, copy=True)
+        trained = np.flatnonzero(value)
+        value[trained] = rng.permutation(value[trained])
+        out.value = value
+        return out
+
+    loop.compute_advantages = shuffled
+    try:
+        yield
+    finally:
+        loop.compute_advantages = estimate  # the process may go on (a test calls this)
 
 
 def run_arm(recipe: str, sets: list[str], run_dir: Path) -> dict:

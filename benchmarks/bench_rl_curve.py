@@ -27,6 +27,12 @@ log π of positive- and negative-advantage actions moved (``update/logp_shift_*`
 A second run on the next games (``--skip-games 8 --out runs/curve2``) adds power without
 replaying the first; ``--pool runs/curve1 runs/curve2 --window 3 5`` then tests per-game
 training success, iteration 0 against iterations 3-5, over the games of both runs.
+
+``--shuffle-advantages`` runs the control: each iteration's non-zero advantages permuted among
+their samples (``bench_options.shuffled_advantages``), an update of the same size without the
+signal. Run with the same seed as a plain run, its iteration 0 is the plain run's (no update
+yet); a rise the plain runs show and the control does not is the advantages' doing.
+``--pool PLAIN... --against CONTROL...`` compares the two game by game over the window.
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
+
+from bench_options import shuffled_advantages
 
 from roleagent.config import load_config
 from roleagent.stats import format_rate, paired_rate_test, paired_test
@@ -155,35 +164,54 @@ def training_rates(run_dir: Path, games: list[str]) -> dict[int, list[tuple[int,
     return rates
 
 
-def pooled_training(run_dirs: list[Path], first: int, last: int) -> str:
+def run_rates(source: str | Path) -> tuple[str, list[str], dict[int, list[tuple[int, int]]]]:
+    """(name, games, ``{iteration: per-game training rates}``) of a curve run: its folder
+    (``config.yaml`` and the rollout dumps), or a ``curve.json`` this script wrote
+    (``train/game_rates``), or one run of a committed bundle of them, ``FILE.json#KEY``
+    (``benchmarks/rl_curve_cpu.json#first_seed1``)."""
+    import yaml
+
+    path, _, key = str(source).partition("#")
+    if Path(path).is_dir():
+        games = yaml.safe_load((Path(path) / "config.yaml").read_text())["env"]["train_tasks"]
+        return Path(path).name, games, training_rates(Path(path), games)
+    curve = json.loads(Path(path).read_text())
+    curve = curve[key] if key else curve
+    rates = {r["iteration"]: [tuple(x) for x in r["train/game_rates"]] for r in curve["iterations"]}
+    return key or Path(path).parent.name, curve["games"], rates
+
+
+def pool_counts(run_dirs: list, first: int, last: int) -> dict[str, list]:
+    """``{game: [run names, k0, n0, k, n]}``: per game, the training successes and episodes of
+    iteration 0 and of iterations ``first``..``last`` summed over the runs (:func:`run_rates`'
+    sources) that played it."""
+    games_seen: dict[str, list] = {}
+    for run_dir in run_dirs:
+        name, games, rates = run_rates(run_dir)
+        missing = [i for i in (0, *range(first, last + 1)) if i not in rates]
+        if missing:
+            raise SystemExit(f"{run_dir}: no training rollouts for iterations {missing}")
+        for g, game in enumerate(games):
+            row = games_seen.setdefault(game, [[], 0, 0, 0, 0])
+            row[0].append(name)
+            row[1:3] = row[1] + rates[0][g][0], row[2] + rates[0][g][1]
+            row[3] += sum(rates[i][g][0] for i in range(first, last + 1))
+            row[4] += sum(rates[i][g][1] for i in range(first, last + 1))
+    return games_seen
+
+
+def pooled_training(run_dirs: list, first: int, last: int) -> str:
     """Per-game training success of several curve runs pooled into one paired test:
     iteration 0 (the warm start's own samples) against iterations ``first``..``last``
     together, every game one pair (``roleagent.stats.paired_rate_test``). Runs of the same
     protocol on disjoint games are independent, so their games pool as if one run had
     played them all; runs on the same games (other seeds) add their episodes to those
     games' counts, so a game is still one pair, and the test's unit stays the game."""
-    import yaml
-
-    games_seen: dict[str, list] = {}  # game -> [runs, k0, n0, k, n]
-    for run_dir in run_dirs:
-        games = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["train_tasks"]
-        rates = training_rates(run_dir, games)
-        missing = [i for i in (0, *range(first, last + 1)) if i not in rates]
-        if missing:
-            raise SystemExit(f"{run_dir}: no training rollouts for iterations {missing}")
-        for g, game in enumerate(games):
-            row = games_seen.setdefault(game, [[], 0, 0, 0, 0])
-            row[0].append(run_dir.name)
-            row[1:3] = row[1] + rates[0][g][0], row[2] + rates[0][g][1]
-            row[3] += sum(rates[i][g][0] for i in range(first, last + 1))
-            row[4] += sum(rates[i][g][1] for i in range(first, last + 1))
     rows, before, after = [], [], []
-    for game, (runs, k0, n0, k, n) in games_seen.items():
+    for game, (runs, k0, n0, k, n) in pool_counts(run_dirs, first, last).items():
         before.append((k0, n0))
         after.append((k, n))
-        rows.append(
-            f"| {', '.join(runs)} | {game.rsplit('/', 2)[-2]} {game.rsplit('/', 1)[-1]} | {k0}/{n0} | {k}/{n} |"
-        )
+        rows.append(f"| {', '.join(runs)} | {_short(game)} | {k0}/{n0} | {k}/{n} |")
     pooled = (sum(k for k, _ in before), sum(n for _, n in before), sum(k for k, _ in after), sum(n for _, n in after))
     return "\n".join(
         [
@@ -195,6 +223,44 @@ def pooled_training(run_dirs: list[Path], first: int, last: int) -> str:
             + _rate_text(before, after),
         ]
     )
+
+
+def against_control(run_dirs: list, control_dirs: list, first: int, last: int) -> str:
+    """The plain runs against the control's (``--shuffle-advantages``) on the games both
+    played: per game, training success in iterations ``first``..``last`` of the control
+    (before) against the plain runs' (after), one pair per game
+    (``roleagent.stats.paired_rate_test``); and each side's own iteration 0, which equal
+    seeds make the same draws."""
+    plain, control = pool_counts(run_dirs, first, last), pool_counts(control_dirs, first, last)
+    games = [g for g in plain if g in control]
+    if not games:
+        raise SystemExit("--against: the control runs played none of the plain runs' games")
+    rows = [
+        f"| {_short(g)} | {control[g][1]}/{control[g][2]} | {plain[g][1]}/{plain[g][2]} "
+        f"| {control[g][3]}/{control[g][4]} | {plain[g][3]}/{plain[g][4]} |"
+        for g in games
+    ]
+
+    def total(side: dict, k: int) -> str:
+        return format_rate(sum(side[g][k] for g in games), sum(side[g][k + 1] for g in games))
+
+    return "\n".join(
+        [
+            f"| game | control, iteration 0 | plain, iteration 0 | control, iterations {first}-{last} "
+            f"| plain, iterations {first}-{last} |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"iteration 0: control {total(control, 1)}, plain {total(plain, 1)}",
+            f"iterations {first}-{last}: control {total(control, 3)} -> plain {total(plain, 3)}; per game: "
+            + _rate_text([tuple(control[g][3:]) for g in games], [tuple(plain[g][3:]) for g in games]),
+        ]
+    )
+
+
+def _short(game: str) -> str:
+    """``alfworld/easy/train/pick_cool_then_place/0238`` → ``pick_cool_then_place 0238``."""
+    return f"{game.rsplit('/', 2)[-2]} {game.rsplit('/', 1)[-1]}"
 
 
 def _bool(x) -> bool | None:
@@ -216,22 +282,32 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="runs/bench_rl_curve")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--summarize", action="store_true", help="only tabulate what --out holds (e.g. a stopped run)")
-    parser.add_argument("--pool", nargs="+", type=Path, metavar="RUN", help="only pool these runs' training success")
+    parser.add_argument(
+        "--pool", nargs="+", metavar="RUN", help="only pool these runs' training success (folder, curve.json, FILE#KEY)"
+    )
     parser.add_argument("--window", nargs=2, type=int, default=(3, 5), metavar=("FIRST", "LAST"))
+    parser.add_argument(
+        "--shuffle-advantages", action="store_true", help="the control: advantages permuted among samples"
+    )
+    parser.add_argument("--against", nargs="+", metavar="RUN", help="with --pool: the control's runs to compare with")
     args = parser.parse_args(argv)
     if args.pool:  # per-game training success of several runs, iteration 0 vs the window
         print(pooled_training(args.pool, *args.window))
+        if args.against:
+            print("\n" + against_control(args.pool, args.against, *args.window))
         return
     if not args.summarize and not args.init_from:
         parser.error("--init-from is needed to train (or --summarize / --pool to tabulate)")
     started = time.perf_counter()
     games = expert_games(args.recipe, args.skip_games + args.games)[args.skip_games :]
     if not args.summarize:
-        trainer = Trainer(load_config(args.recipe, overrides(args, games)))
-        try:
-            trainer.run()
-        finally:
-            trainer.close()
+        cfg = load_config(args.recipe, overrides(args, games))
+        with shuffled_advantages(cfg.seed) if args.shuffle_advantages else nullcontext():
+            trainer = Trainer(cfg)
+            try:
+                trainer.run()
+            finally:
+                trainer.close()
     out = Path(args.out)
     curve = read_curve(out)
     curve["command"] = (

@@ -51,7 +51,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_options import parse_arm
+from bench_options import parse_arm, shuffled_advantages
 
 from roleagent.stats import format_rate, paired_rate_test
 
@@ -149,34 +149,21 @@ def run_arm(recipe: str, init_from: Path, sets: list[str], seed: int, run_dir: P
 def child(recipe: str, sets: list[str]) -> None:
     """The run itself: ``roleagent train RECIPE --set ...``'s Trainer, with the advantages
     shuffled when the arm says so (module docstring)."""
-    import numpy as np
+    from contextlib import nullcontext
 
-    import roleagent.trainer.loop as loop
     from roleagent.config import load_config
     from roleagent.trainer import Trainer
 
-    estimate = loop.compute_advantages
+    control = nullcontext()
     if SHUFFLE in sets:
         sets = [s for s in sets if s != SHUFFLE]
-        rng = np.random.default_rng(1000 + load_config(recipe, sets).seed)
-
-        def shuffled(batch, cfg, settings=None):
-            out = estimate(batch, cfg, settings)
-            value = np.array(out.value, copy=True)
-            trained = np.flatnonzero(value)
-            value[trained] = rng.permutation(value[trained])
-            out.value = value
-            return out
-
-        loop.compute_advantages = shuffled
-    try:
+        control = shuffled_advantages(load_config(recipe, sets).seed)
+    with control:
         trainer = Trainer(load_config(recipe, sets), resume=False)
         try:
             trainer.run()
         finally:
             trainer.close()
-    finally:
-        loop.compute_advantages = estimate  # the process may go on (a test calls this)
 
 
 def table(start: dict[str, list], results: dict[str, dict[int, dict]], compare=(), start_sampled=None) -> str:

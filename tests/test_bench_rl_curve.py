@@ -64,3 +64,59 @@ def test_pooled_training_refuses_a_run_without_the_window(tmp_path):
         assert "iterations [2, 3]" in str(e)
     else:
         raise AssertionError("a missing iteration was not refused")
+
+
+def test_against_control_pairs_each_game_over_the_window(tmp_path):
+    """``--pool PLAIN --against CONTROL``: per game the control's window rate against the
+    plain runs'; games only one side played are left out."""
+    games = ["g/a/1", "g/a/2", "g/a/3", "g/a/4"]
+    plain = fake_run(tmp_path / "plain", games, {0: [1, 0, 2, 0], 3: [4, 3, 4, 2]})
+    control = fake_run(tmp_path / "control", [*games[:3], "g/b/9"], {0: [1, 0, 2, 4], 3: [1, 0, 2, 4]})
+    text = bench_rl_curve.against_control([plain], [control], 3, 3)
+    assert "| a 1 | 1/4 | 1/4 | 1/4 | 4/4 |" in text and "a 4" not in text and "b 9" not in text
+    assert "iteration 0: control 3/12 = 25.0% [8.9, 53.2], plain 3/12 = 25.0% [8.9, 53.2]" in text
+    # d = 3/4, 3/4, 1/2 on three games, all up: p = 2/8
+    assert text.endswith("per game: +66.7 points, 3 up 0 down of 3, p=0.25: unresolved")
+
+
+def test_the_control_flag_reaches_the_trainer(monkeypatch, tmp_path):
+    """``--shuffle-advantages`` trains inside ``bench_options.shuffled_advantages`` with the
+    run's seed; without it, the estimator is left alone."""
+    seen = []
+
+    class FakeTrainer:
+        def __init__(self, cfg):
+            seen.append(cfg.seed)
+
+        def run(self):
+            import roleagent.trainer.loop as loop
+
+            seen.append(loop.compute_advantages.__name__)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench_rl_curve, "Trainer", FakeTrainer)
+    monkeypatch.setattr(bench_rl_curve, "expert_games", lambda recipe, n: [f"g/x/{i}" for i in range(n)])
+    monkeypatch.setattr(bench_rl_curve, "read_curve", lambda out: {"iterations": [], "evals": []})
+    monkeypatch.setattr(bench_rl_curve, "training_rates", lambda out, games: {})
+    monkeypatch.setattr(bench_rl_curve, "table", lambda curve: "")
+    base = ["--init-from", str(tmp_path), "--recipe", "signpost_probe", "--games", "2", "--set", "seed=3"]
+    for extra in ([], ["--shuffle-advantages"]):
+        out = tmp_path / f"run{len(extra)}"
+        out.mkdir()
+        bench_rl_curve.main([*base, "--out", str(out), *extra])
+    assert seen == [3, "compute_advantages", 3, "shuffled"]
+
+
+def test_a_committed_bundle_pools_as_its_run_folders_would(tmp_path):
+    """``FILE.json#KEY`` (a run's ``curve.json`` inside a committed bundle) gives the same
+    counts as the run folder it was written from."""
+    games = ["g/a/1", "g/a/2"]
+    run = fake_run(tmp_path / "run", games, {0: [1, 2], 3: [3, 4]})
+    rates = bench_rl_curve.training_rates(run, games)
+    curve = {"games": games, "iterations": [{"iteration": i, "train/game_rates": r} for i, r in rates.items()]}
+    (tmp_path / "bundle.json").write_text(json.dumps({"about": "", "run": curve}))
+    from_folder = bench_rl_curve.pooled_training([run], 3, 3)
+    from_bundle = bench_rl_curve.pooled_training([f"{tmp_path / 'bundle.json'}#run"], 3, 3)
+    assert from_bundle == from_folder and "| run | a 2 | 2/4 | 4/4 |" in from_bundle
