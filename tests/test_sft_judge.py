@@ -19,11 +19,13 @@ from roleagent.methods.agent_r import data
 from roleagent.methods.agent_r.tree import Node, Tree
 from roleagent.models.loading import load_policy
 from roleagent.sft.data import check_example, encode_example
+from roleagent.sft.expert import expert_tasks
 from roleagent.sft.judge import (
     competence,
     judge_answer,
     judge_competence,
     judge_examples,
+    judge_goals,
     labels,
     transition_index,
 )
@@ -190,6 +192,13 @@ def test_the_switch_needs_agent_r():
         load_config(None, TINY + sft)
     with pytest.raises(ConfigError, match="sft.judge_eval_tasks"):
         load_config(None, TINY + AGENT_R + sft + ["sft.judge_eval_tasks=-1"])
+    from_sft = ["sft.judge_eval_goals=sft", "sft.judge_tasks=2", "sft.judge_eval_tasks=2"]
+    with pytest.raises(ConfigError, match="from the 3 SFT goals"):
+        load_config(None, TINY + AGENT_R + sft + from_sft)
+    enough = load_config(None, TINY + AGENT_R + sft + from_sft[:2] + ["sft.judge_eval_tasks=1"])
+    assert enough.sft.judge_eval_goals == "sft"
+    with pytest.raises(ConfigError, match="sft.judge_eval_goals"):
+        load_config(None, TINY + AGENT_R + sft + ["sft.judge_eval_goals=old"])
 
 
 def test_warm_start_trains_and_measures_the_judge(tmp_path):
@@ -206,3 +215,24 @@ def test_warm_start_trains_and_measures_the_judge(tmp_path):
     # the stand-in engine answers every judge prompt "Judgment: Bad"
     assert all(r["agent_r_judge/parsed"] == 1.0 and r["agent_r_judge/verdict_bad"] == 1.0 for r in measured)
     assert undocumented(run_keys(tmp_path / "run")) == set()
+
+
+def _goals(n: int) -> list:
+    return [Task(id=f"g/{i}", env="textcraft") for i in range(n)]
+
+
+def test_held_out_goals_are_never_sft_goals_by_default():
+    goals = _goals(20)
+    sft = {t.id for t in expert_tasks(goals, 6, seed=0, exclude={"g/3"})}
+    train, held = judge_goals(goals, {"g/3"}, seed=0, skip=6, tasks=4, valid=5)
+    assert {t.id for t in train} <= sft and len(held) == 5
+    assert not {t.id for t in held} & sft and "g/3" not in {t.id for t in train + held}
+
+
+def test_held_out_goals_from_the_sft_goals_follow_the_training_ones():
+    goals = _goals(20)
+    order = [t.id for t in expert_tasks(goals, 8, seed=0, exclude=set())]
+    train, held = judge_goals(goals, set(), seed=0, skip=8, tasks=3, valid=4, valid_skip=1, valid_from_sft=True)
+    assert [t.id for t in train] == order[:3] and [t.id for t in held] == order[4:8]
+    with pytest.raises(ValueError, match="need that many SFT goals"):
+        judge_goals(goals, set(), seed=0, skip=8, tasks=3, valid=5, valid_skip=1, valid_from_sft=True)

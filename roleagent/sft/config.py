@@ -79,6 +79,12 @@ class SFTConfig:
         "sft.judge: held-out goals (never SFT data, never a panel game) whose trees measure the judge before "
         "and after its SFT (agent_r_judge/* metrics); 0 = no measurement",
     )
+    judge_eval_goals: str = setting(
+        "new",
+        "sft.judge: where the held-out goals come from: new (never SFT data) | sft (SFT goals after the "
+        "judge_tasks, needing sft.expert_tasks >= judge_tasks + judge_eval_tasks: a small policy's trees "
+        "find successes only on goals it was fine-tuned on; its judge may be favoured there)",
+    )
     epochs: int = setting(3, "passes over the SFT examples")
     lr: float = setting(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = setting(
@@ -112,3 +118,8 @@ def check_warm_start(cfg) -> None:
         )
     if sft.judge and not cfg.agent_r.enabled:
         raise ConfigError("sft.judge needs agent_r.enabled (its tree search and judge settings)")
+    if sft.judge and sft.judge_eval_goals == "sft" and sft.expert_tasks < sft.judge_tasks + sft.judge_eval_tasks:
+        raise ConfigError(
+            f"sft.judge_eval_goals=sft draws the judge's {sft.judge_tasks} training and {sft.judge_eval_tasks} "
+            f"held-out goals from the {sft.expert_tasks} SFT goals (sft.expert_tasks): too few"
+        )

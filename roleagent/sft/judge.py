@@ -236,15 +236,26 @@ def summary(label: str, result: Competence) -> str:
 # ------------------------------------------------------------------ trees and files --
 
 
-def judge_goals(train_tasks, exclude: set[str], *, seed: int, skip: int, tasks: int, valid: int, valid_skip: int = 0):
+def judge_goals(train_tasks, exclude: set[str], *, seed: int, skip: int, tasks: int, valid: int,
+                valid_skip: int = 0, valid_from_sft: bool = False):  # fmt: skip
     """Training goals for the judge's trees and held-out goals for its measurement, in
     ``roleagent.sft.expert.expert_tasks``' seeded order (never a panel goal): the first
     ``tasks``, and ``valid`` after the first ``max(tasks, skip) + valid_skip`` (``skip``: the
     expert's SFT goals, so a held-out goal was never SFT data; ``valid_skip``: held-out goals
-    an earlier measurement used)."""
+    an earlier measurement used).
+
+    ``valid_from_sft``: the held-out goals are SFT goals too, the ``valid`` after the first
+    ``tasks + valid_skip`` (all within the ``skip``): a small policy solves only goals it was
+    fine-tuned on, so only there do its trees find the successes a transition point needs.
+    The judge never sees a held-out tree, but the model it shares with the policy was
+    fine-tuned on the expert's path for these goals, which may favour its verdicts there
+    (``tests/test_sft_judge.py``)."""
     from roleagent.sft.expert import expert_tasks
 
-    start = max(tasks, skip) + valid_skip
+    start = (tasks if valid_from_sft else max(tasks, skip)) + valid_skip
+    if valid_from_sft and start + valid > skip:
+        raise ValueError(f"held-out goals from the SFT goals: {tasks} training + {valid_skip} skipped + {valid} "
+                         f"held-out goals need that many SFT goals (sft.expert_tasks), not {skip}")  # fmt: skip
     room = sum(t.id not in exclude for t in train_tasks)
     order = expert_tasks(train_tasks, min(start + valid, room), seed=seed, exclude=exclude)
     return order[:tasks], order[start : start + valid]
@@ -294,8 +305,9 @@ def write_judge_data(
     out = Path(out)
     skip = cfg.sft.expert_tasks if cfg.sft.enabled else 0
     train, held_out = judge_goals(
-        train_tasks, exclude, seed=cfg.seed, skip=skip, tasks=tasks, valid=valid, valid_skip=valid_skip
-    )
+        train_tasks, exclude, seed=cfg.seed, skip=skip, tasks=tasks, valid=valid, valid_skip=valid_skip,
+        valid_from_sft=cfg.sft.judge_eval_goals == "sft",
+    )  # fmt: skip
     counts: dict[str, int] = {}
     for name, goals in (("train", train), ("valid", held_out)):
         folder, file = out / f"trees_{name}", out / ("judge.jsonl" if name == "train" else "judge_valid.jsonl")
@@ -320,7 +332,8 @@ python -m roleagent.sft.judge eval RECIPE --examples FILE [--limit N] [--rows FI
 
 data: the recipe's policy (--set model.init_from=SFT/final: one that solves some goals)
 grows an Agent-R tree (agent_r.* search settings) on N training goals and K held-out goals
-(never a panel goal, never one of the sft.expert_tasks SFT goals); writes DIR/trees_train,
+(never a panel goal; never one of the sft.expert_tasks SFT goals, or with
+sft.judge_eval_goals=sft the SFT goals after the N); writes DIR/trees_train,
 DIR/trees_valid, DIR/judge.jsonl (judge examples of the N; train with `roleagent sft
 --data`) and DIR/judge_valid.jsonl (of the K).
 eval: the recipe's policy judges the held-out steps of FILE as Agent-R asks its judge
@@ -376,19 +389,8 @@ def _data(cfg, engine, out, *, tasks: int, valid: int, valid_skip: int = 0) -> d
         def bar(name: str):
             return tqdm(desc=f"Agent-R trees of the {name} goals", unit="round")
 
-        return write_judge_data(
-            cfg,
-            engine,
-            pool,
-            train,
-            exclude,
-            settings,
-            out,
-            tasks=tasks,
-            valid=valid,
-            valid_skip=valid_skip,
-            progress=bar,
-        )
+        return write_judge_data(cfg, engine, pool, train, exclude, settings, out, tasks=tasks, valid=valid,
+                                valid_skip=valid_skip, progress=bar)  # fmt: skip
 
 
 if __name__ == "__main__":
