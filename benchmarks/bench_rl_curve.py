@@ -46,7 +46,7 @@ from pathlib import Path
 from bench_options import shuffled_advantages
 
 from roleagent.config import load_config
-from roleagent.stats import format_rate, paired_rate_test, paired_test
+from roleagent.stats import format_rate, paired_rate_test, paired_test, sign_flip_test
 from roleagent.trainer import Trainer
 
 
@@ -229,8 +229,10 @@ def against_control(run_dirs: list, control_dirs: list, first: int, last: int) -
     """The plain runs against the control's (``--shuffle-advantages``) on the games both
     played: per game, training success in iterations ``first``..``last`` of the control
     (before) against the plain runs' (after), one pair per game
-    (``roleagent.stats.paired_rate_test``); and each side's own iteration 0, which equal
-    seeds make the same draws."""
+    (``roleagent.stats.paired_rate_test``); each side's own iteration 0, which equal seeds
+    and code make the same draws; and per game the plain runs' change from their iteration 0
+    minus the control's (``roleagent.stats.sign_flip_test``), which starts drawn apart (other
+    seeds, another code version) do not bias."""
     plain, control = pool_counts(run_dirs, first, last), pool_counts(control_dirs, first, last)
     games = [g for g in plain if g in control]
     if not games:
@@ -254,8 +256,20 @@ def against_control(run_dirs: list, control_dirs: list, first: int, last: int) -
             f"iteration 0: control {total(control, 1)}, plain {total(plain, 1)}",
             f"iterations {first}-{last}: control {total(control, 3)} -> plain {total(plain, 3)}; per game: "
             + _rate_text([tuple(control[g][3:]) for g in games], [tuple(plain[g][3:]) for g in games]),
+            "change from iteration 0, plain minus control, per game: "
+            + str(
+                sign_flip_test(
+                    [_change(plain[g]) - _change(control[g]) for g in games if plain[g][2] and control[g][2]]
+                )
+            ),
         ]
     )
+
+
+def _change(row: list) -> float:
+    """A :func:`pool_counts` row's change in training success, iteration 0 to the window."""
+    _, k0, n0, k, n = row
+    return k / n - k0 / n0
 
 
 def _short(game: str) -> str:

@@ -177,6 +177,19 @@ def paired_rate_test(
         if not 0 <= k <= n:
             raise ValueError(f"need 0 <= successes <= episodes, got {k}/{n}")
     d = [ka / na - kb / nb for (kb, nb), (ka, na) in zip(before, after) if nb > 0 and na > 0]
+    return sign_flip_test(d, alpha=alpha)
+
+
+def sign_flip_test(d: Sequence[float], *, alpha: float = 0.05) -> RateTest:
+    """:func:`paired_rate_test`'s exact sign-flip test on given per-game changes ``d`` (rates
+    in [-1, 1] or differences of them): a difference-in-differences, e.g. per game (arm's
+    change from its start) − (control's change from its start), so that starts drawn apart
+    do not count as an effect.
+
+    >>> str(sign_flip_test([0.5, 0.25, -0.25]))
+    '+16.7 points, 2 up 1 down of 3, p=0.75: unresolved'
+    """
+    d = list(d)
     up, down = sum(x > 0 for x in d), sum(x < 0 for x in d)
     observed = abs(sum(d)) - 1e-12  # ties of the observed sum count as extreme
     if len(d) <= 16:

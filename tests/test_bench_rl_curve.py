@@ -71,12 +71,14 @@ def test_against_control_pairs_each_game_over_the_window(tmp_path):
     plain runs'; games only one side played are left out."""
     games = ["g/a/1", "g/a/2", "g/a/3", "g/a/4"]
     plain = fake_run(tmp_path / "plain", games, {0: [1, 0, 2, 0], 3: [4, 3, 4, 2]})
-    control = fake_run(tmp_path / "control", [*games[:3], "g/b/9"], {0: [1, 0, 2, 4], 3: [1, 0, 2, 4]})
+    control = fake_run(tmp_path / "control", [*games[:3], "g/b/9"], {0: [0, 0, 2, 4], 3: [1, 0, 2, 4]})
     text = bench_rl_curve.against_control([plain], [control], 3, 3)
-    assert "| a 1 | 1/4 | 1/4 | 1/4 | 4/4 |" in text and "a 4" not in text and "b 9" not in text
-    assert "iteration 0: control 3/12 = 25.0% [8.9, 53.2], plain 3/12 = 25.0% [8.9, 53.2]" in text
-    # d = 3/4, 3/4, 1/2 on three games, all up: p = 2/8
-    assert text.endswith("per game: +66.7 points, 3 up 0 down of 3, p=0.25: unresolved")
+    assert "| a 1 | 0/4 | 1/4 | 1/4 | 4/4 |" in text and "a 4" not in text and "b 9" not in text
+    assert "iteration 0: control 2/12 = 16.7%" in text and "plain 3/12 = 25.0% [8.9, 53.2]" in text
+    # windows: d = 3/4, 3/4, 1/2 on three games, all up: p = 2/8
+    assert "plain 11/12 = 91.7% [64.6, 98.5]; per game: +66.7 points, 3 up 0 down of 3, p=0.25: unresolved" in text
+    # changes from iteration 0: plain +3/4, +3/4, +1/2; control +1/4, 0, 0: d = 1/2, 3/4, 1/2
+    assert text.endswith("plain minus control, per game: +58.3 points, 3 up 0 down of 3, p=0.25: unresolved")
 
 
 def test_the_control_flag_reaches_the_trainer(monkeypatch, tmp_path):

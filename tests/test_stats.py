@@ -119,3 +119,16 @@ def test_paired_rate_test_ties_gaps_and_many_games():
         paired_rate_test([(0, 1)], [])
     with pytest.raises(ValueError, match="successes <= episodes"):
         paired_rate_test([(3, 2)], [(0, 2)])
+
+
+def test_sign_flip_test_on_given_changes_matches_the_rate_test():
+    """``sign_flip_test`` on per-game changes is ``paired_rate_test``'s test; its docstring's
+    example holds (2 up, 1 down: 6 of the 8 sign vectors reach |sum| = 1/2)."""
+    import doctest
+
+    from roleagent import stats
+
+    before, after = [(0, 2), (1, 2), (2, 4), (0, 4)], [(1, 2), (2, 2), (1, 4), (3, 4)]
+    d = [ka / na - kb / nb for (kb, nb), (ka, na) in zip(before, after)]
+    assert stats.sign_flip_test(d) == stats.paired_rate_test(before, after)
+    assert doctest.testmod(stats).failed == 0
