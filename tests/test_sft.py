@@ -13,7 +13,7 @@ import torch
 
 from roleagent.config import SFTConfig
 from roleagent.engine.hf import HFEngine, SamplingParams
-from roleagent.models.loading import load_policy
+from roleagent.models.loading import load_init_model, load_policy
 from roleagent.rollout import actor
 from roleagent.sft import train as sft_train
 from roleagent.sft.data import (
@@ -242,6 +242,10 @@ def test_sft_run_lowers_the_loss_and_writes_metrics(tmp_path, engine, lora_rank)
     if lora_rank:
         assert (final / "adapter_config.json").is_file() and (final / "done.json").is_file()
         assert json.loads((final / "roleagent_sft.json").read_text())["base"] == "tiny"
+        # the last epoch's checkpoint is that epoch's policy for model.init_from, as final/ is
+        epoch = load_init_model("tiny", tmp_path / "checkpoints" / "iter_000002" / "adapter", dtype=torch.float32)
+        last = load_init_model("tiny", final, dtype=torch.float32)
+        assert all(torch.equal(a, b) for a, b in zip(epoch.state_dict().values(), last.state_dict().values()))
         return
     records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [0, 1, 2]

@@ -33,7 +33,8 @@ from roleagent.sft.asl_roles import (
     verifier_competence,
     verifier_examples,
 )
-from roleagent.sft.data import check_example, encode_example
+from roleagent.sft.asl_warm_start import competence, valid_file
+from roleagent.sft.data import check_example, encode_example, write_examples
 from roleagent.trainer import Trainer
 from roleagent.trainer.stages import Iteration
 from roleagent.types import Task
@@ -253,6 +254,20 @@ def test_competence_generates_from_the_example_prompts(engine):
     assert recording.prompts == [encode_example(engine, e).prompts[-1] for e in examples]
     assert [s.max_new_tokens for s in recording.sampling] == [9, 9, 9, 9] and not recording.sampling[0].stop
     assert texts == [recording.text] * len(examples) and all(cut)
+
+
+def test_a_constrained_grm_is_measured_choosing_between_the_two_verdicts(engine, tmp_path):
+    """With asl.grm_verdicts: constrained the competence decodes as the method's GRM does:
+    every reply is one of the two verdicts (the random tiny model's free text parses none)."""
+    examples = verifier_examples(POOL, POOL, with_system=True)
+    write_examples(tmp_path / valid_file("verifier"), examples)
+    cfg = SimpleNamespace(asl=SimpleNamespace(grm_max_new_tokens=12, grm_verdicts="free"))
+    free = competence(engine, cfg, None, tmp_path)[1].metrics
+    cfg.asl.grm_verdicts = "constrained"
+    constrained = competence(engine, cfg, None, tmp_path)[1]
+    assert free["asl_verifier/unparsed"] == 1.0
+    assert constrained.metrics["asl_verifier/unparsed"] == 0.0
+    assert {r["text"] for r in constrained.rows} <= {verdict_target(1), verdict_target(0)}
 
 
 TINY_ASL = [

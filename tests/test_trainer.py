@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from roleagent.config import AlgoConfig, OptimConfig
+from roleagent.models.loading import load_init_model, load_policy
 from roleagent.trainer import Trainer
 from roleagent.trainer.advantages import StepBatch, compute_advantages
 from roleagent.trainer.checkpoint import read_checkpoint
@@ -114,6 +115,20 @@ def test_resume_equals_uninterrupted_run(tmp_path):
         "time/update_s",
     ):
         assert key in records[1], key
+
+
+def test_a_checkpoint_is_a_model_init_from(tmp_path):
+    """An iteration's LoRA adapters name their base (roleagent_sft.json), so the folder
+    loads as model.init_from: the trained policy, not the base it started from."""
+    trainer = _run(tmp_path, "ck", 1, ["eval.at_start=false"])
+    adapter = tmp_path / "ck" / "checkpoints" / "iter_000000" / "adapter"
+    loaded = load_init_model("tiny", adapter, dtype=torch.float32).eval()
+    base = load_policy("tiny", device="cpu", seed=trainer.cfg.seed).model.eval()
+    ids = torch.tensor([[5, 17, 42, 9, 3, 11]])
+    with torch.no_grad():
+        trained, merged, start = (m(ids).logits for m in (trainer.policy.model.eval(), loaded, base))
+    assert not torch.allclose(trained, start, atol=1e-4), "training did not move the policy: nothing to compare"
+    assert torch.allclose(merged, trained, atol=1e-5)
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "gigpo"])

@@ -294,15 +294,16 @@ def verifier_competence(texts: Sequence[str], labels: Sequence[int], truncated: 
 
 def generate(
     engine, examples: Sequence[ChatExample], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
-    batch_size: int = 16,
+    batch_size: int = 16, replies: list[list[int]] | None = None,
 ) -> tuple[list[str], list[bool]]:  # fmt: skip
     """``engine``'s replies to the examples' prompts (as encoded for training: the method's
-    prompts), no stop string, and whether each was cut at ``max_new_tokens``."""
+    prompts), no stop string, and whether each was cut at ``max_new_tokens``; ``replies``:
+    the token sequences each reply must be one of (constrained decoding), None for free text."""
     sampling = SamplingParams(max_new_tokens, temperature, top_p=top_p)
     texts, truncated = [], []
     for start in range(0, len(examples), batch_size):
         prompts = [encode_example(engine, e).prompts[-1] for e in examples[start : start + batch_size]]
-        for generation in engine.generate(prompts, sampling):
+        for generation in engine.generate(prompts, sampling, None if replies is None else [replies] * len(prompts)):
             texts.append(generation.text)
             truncated.append(bool(generation.truncated))
     return texts, truncated

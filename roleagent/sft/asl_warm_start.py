@@ -35,7 +35,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from roleagent.methods.asl.roles import grm_evidence
+from roleagent.methods.asl.roles import grm_evidence, verdict_replies
 from roleagent.sft.asl_roles import (
     generate,
     generator_competence,
@@ -123,7 +123,9 @@ def competence(engine, cfg, env, data: Path, limit: int = 0):
     (the first ``limit`` of each role, 0: all; None for a role without any): the
     generator samples as the PG phase does
     (``rollout.temperature``, ``rollout.top_p``, ``asl.pg_max_new_tokens``), the verifier
-    is greedy (``asl.grm_max_new_tokens``); ``env``'s retriever checks the answers."""
+    is greedy (``asl.grm_max_new_tokens``) and, with ``asl.grm_verdicts: constrained``,
+    chooses between the two verdict replies as the method's GRM does; ``env``'s retriever
+    checks the answers."""
     generator = verifier = None
     if held := _examples(data / valid_file("generator"))[: limit or None]:
         texts, cut = generate(engine, held, max_new_tokens=cfg.asl.pg_max_new_tokens,
@@ -135,7 +137,8 @@ def competence(engine, cfg, env, data: Path, limit: int = 0):
         for row, example in zip(generator.rows, held):
             row.update(role="generator", task=example.meta["task"], prompt=example.meta["prompt"])
     if held := _examples(data / valid_file("verifier"))[: limit or None]:
-        texts, cut = generate(engine, held, max_new_tokens=cfg.asl.grm_max_new_tokens, temperature=0.0)
+        replies = verdict_replies(engine.tokenizer) if cfg.asl.grm_verdicts == "constrained" else None
+        texts, cut = generate(engine, held, max_new_tokens=cfg.asl.grm_max_new_tokens, temperature=0.0, replies=replies)
         verifier = verifier_competence(texts, [e.meta["label"] for e in held], cut)
         for row, example in zip(verifier.rows, held):
             row.update(role="verifier", task=example.meta["task"], attempt=example.meta["attempt"])

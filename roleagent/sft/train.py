@@ -15,7 +15,9 @@ Worked example: two examples with 3 and 1 target tokens of log-probs (-1, -2, -3
 Output folder (``out``)::
 
     checkpoints/iter_00000k/   after epoch k (``roleagent.trainer.checkpoint``: weights or
-                               adapters, AdamW state, the data's digest); a rerun resumes
+                               adapters, AdamW state, the data's digest); a rerun resumes;
+                               ``iter_00000k/adapter`` (LoRA) or ``iter_00000k`` (all
+                               weights) is that epoch's policy for ``model.init_from``
     metrics.jsonl              one record per epoch: loss, tokens/s, peak RSS
     final/                     the policy for ``model.init_from``: LoRA adapters
                                (``save_pretrained``) + ``roleagent_sft.json`` naming the
@@ -129,6 +131,7 @@ def train_sft(
     steps = -(-len(examples) // cfg.batch_examples)
     resumed = f", resuming at epoch {start + 1}" if start else ""
     phase(f"SFT: {len(examples)} examples, {cfg.epochs} epochs × {steps} steps{resumed}", quiet=quiet)
+    base = base or {"base": policy.name, "base_init_from": "", "seed": seed}
     for epoch in range(start, cfg.epochs):
         with bar(len(examples), f"SFT epoch {epoch + 1}/{cfg.epochs}", "ex", quiet=quiet) as progress:
             record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch, progress=progress)
@@ -137,8 +140,8 @@ def train_sft(
         if log is not None:
             log(f"sft epoch {epoch}: loss={record['loss']:.4f} tokens/s={record['tokens_per_s']:.0f}")
         state = {"data": digest, "epochs": cfg.epochs}
-        save_checkpoint(out, epoch, policy=policy, optimizer=optimizer.adamw, state=state)
-    return save_final(policy, out, base or {"base": policy.name, "base_init_from": "", "seed": seed})
+        save_checkpoint(out, epoch, policy=policy, optimizer=optimizer.adamw, state=state, base=base)
+    return save_final(policy, out, base)
 
 
 def sft_optimizer(policy: Policy, cfg, *, total_steps: int) -> Optimizer:

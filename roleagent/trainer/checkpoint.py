@@ -3,7 +3,9 @@
 Layout (``run_dir/checkpoints/iter_000003/``)::
 
     adapter/ or model.safetensors   trainable weights (LoRA adapters, or the full model
-                                    with config.json and the tokenizer: save_pretrained)
+                                    with config.json and the tokenizer: save_pretrained);
+                                    either is a ``model.init_from`` as it is (the adapters
+                                    with ``roleagent_sft.json`` naming their base)
     optimizer.pt                    AdamW state (under FSDP the full state, keyed by parameter name)
     state.pt                        iteration, Python/numpy/torch/engine RNG states,
                                     each method's state (``methods``: name -> state, e.g.
@@ -44,7 +46,7 @@ import numpy as np
 import torch
 from torch.distributed.fsdp import FSDPModule
 
-from roleagent.models.loading import Policy
+from roleagent.models.loading import SFT_INFO, Policy
 from roleagent.trainer.disk_space import checkpoint_bytes, disk_full
 from roleagent.trainer.run_lock import RunDirBusy as RunDirBusy  # (re-exported)
 from roleagent.trainer.run_lock import RunDirLock as RunDirLock
@@ -73,17 +75,21 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     keep: int = 2,
+    base: dict[str, Any] | None = None,
 ) -> Path:
-    """Write checkpoint ``iteration`` (module docstring) and return its folder. When the
-    disk fills up, the partial ``.tmp_iter_*`` folder is removed and :class:`DiskFull`
-    says how much the checkpoint needs; the previous checkpoint is untouched."""
+    """Write checkpoint ``iteration`` (module docstring) and return its folder. ``base``
+    ({"base", "base_init_from", "seed"}) names the model under LoRA adapters, written as
+    ``adapter/roleagent_sft.json`` so that the folder loads as ``model.init_from``
+    (``roleagent.models.loading.load_init_model``). When the disk fills up, the partial
+    ``.tmp_iter_*`` folder is removed and :class:`DiskFull` says how much the checkpoint
+    needs; the previous checkpoint is untouched."""
     root = run_dir / "checkpoints"
     final = root / f"iter_{iteration:06d}"
     tmp = root / f".tmp_iter_{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        _write_files(tmp, iteration, policy=policy, optimizer=optimizer, state=state)
+        _write_files(tmp, iteration, policy=policy, optimizer=optimizer, state=state, base=base)
         if final.exists():  # e.g. a damaged copy of this iteration: replace it only now
             trash = root / f".old_{final.name}"
             shutil.rmtree(trash, ignore_errors=True)
@@ -108,7 +114,13 @@ def save_checkpoint(
 
 
 def _write_files(
-    tmp: Path, iteration: int, *, policy: Policy, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    tmp: Path,
+    iteration: int,
+    *,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    base: dict[str, Any] | None = None,
 ) -> None:
     """Weights (or adapters), optimizer state, state and manifest into ``tmp``, fsynced."""
     weights, optimizer_state = None, None
@@ -118,6 +130,8 @@ def _write_files(
         weights, optimizer_state = full_state_dicts(policy.model, optimizer)
     if policy.lora:
         policy.model.save_pretrained(tmp / "adapter")
+        if base is not None:
+            (tmp / "adapter" / SFT_INFO).write_text(json.dumps(base))
     elif torch.distributed.is_initialized() and torch.distributed.get_rank() > 0:
         _save_weights_file(policy.model, policy.model.state_dict() if weights is None else weights, tmp)
     else:  # a folder transformers (and vLLM) load as it is: config, weights, tokenizer

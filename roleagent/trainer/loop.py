@@ -342,8 +342,10 @@ class Trainer:
             "init_from": portable(self.init_from, self.run_dir),  # relative to the run folder inside it
             "critic": self.critic.state_dict(),
         }
+        init = str(Path(self.init_from).resolve()) if self.init_from else ""  # the adapters' base, for init_from
+        base = {"base": self.cfg.model.name, "base_init_from": init, "seed": self.cfg.seed}
         return save_checkpoint(
-            self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state
+            self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state, base=base
         )
 
     def _restore(self, loaded: LoadedCheckpoint) -> None:
