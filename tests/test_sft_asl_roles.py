@@ -18,6 +18,7 @@ from roleagent.algos.asl import EASIER, HARDER, parse_verdict
 from roleagent.config import load_config
 from roleagent.engine.base import Generation
 from roleagent.engine.hf import HFEngine
+from roleagent.envs.search.text import normalize_answer
 from roleagent.fields import ConfigError
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.asl.method import ASLMethod
@@ -28,6 +29,7 @@ from roleagent.sft.asl_roles import (
     generate,
     generator_competence,
     generator_examples,
+    gold_answers,
     pair_target,
     verdict_target,
     verifier_competence,
@@ -229,6 +231,18 @@ def test_generator_competence_on_hand_generations(retriever_url):
     assert m["asl_generator/findable"] == pytest.approx(3 / 7)
     assert m["asl_generator/copied"] == pytest.approx(1 / 5)  # the first, after normalisation
     assert m["asl_generator/truncated"] == pytest.approx(1 / 7) and m["asl_generator/generations"] == 7
+    gold = {normalize_answer("What is the atomic number of beryllium?"): {"4"}, normalize_answer("What is a nod?"): {"gesture"},
+            normalize_answer("What does TCP stand for?"): {normalize_answer("Transmission Control Protocol")}}  # fmt: skip
+    library = SimpleNamespace(
+        splits=lambda: ("train", "test"), tasks=lambda split: POOL if split == "train" else [WINK]
+    )
+    assert gold_answers(library)[normalize_answer(BLINK.payload["question"])] == {"reflex", "reflex action"}
+    assert gold_answers(library)[normalize_answer(NUMBER.payload["question"])] == {"4"}
+    checked = generator_competence(texts, [False] * 7, None, gold=gold)
+    assert [r.get("gold") for r in checked.rows] == [True, True, None, None, None, None, None]
+    assert checked.metrics["asl_generator/known"] == pytest.approx(2 / 5)  # the unparsed nod does not count
+    wrong = generator_competence([texts[0].replace(">4<", ">5<")], [False], None, gold=gold)
+    assert wrong.metrics["asl_generator/known_gold"] == 0.0 and checked.metrics["asl_generator/known_gold"] == 1.0
     # the question alone finds the answer for the same ones here (each question names its passage)
     assert [r.get("answer_retrieved") for r in result.rows] == [True, True, False, False, None, None, True]
     no_retriever = generator_competence(texts[:1], [False], None)

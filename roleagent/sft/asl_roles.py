@@ -62,6 +62,11 @@ a question with no distractor that differs gives no example, so the data stay ba
   ``answer_retrieved``: the same for the question alone (one search of the question finds
   the answer; the gold training pairs reach ≈ 0.9 for one-hop and ≈ 0.15 for two-hop
   questions); ``copied``: share of parsed questions equal (normalised) to an SFT question;
+  ``known``: share of parsed questions that are questions of the environment's splits
+  (:func:`gold_answers`), and ``known_gold``: of those, the share answered with a gold
+  answer. ``findable`` is co-occurrence, not correctness: a query holding the answer
+  retrieves passages holding it, so "What is the atomic number of iridium?" with "31" is
+  findable (gallium's passage), and ``known_gold`` says it is wrong (77);
   ``truncated``: generations cut at ``asl.pg_max_new_tokens``.
 - verifier (:func:`verifier_competence`, greedy as the method's ``grm_eval_accuracy``):
   ``accuracy`` (an unparsed verdict is wrong), ``accuracy_on_correct`` and
@@ -76,7 +81,7 @@ unparsed 1/3.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from roleagent.algos.asl import EASIER, HARDER, parse_verdict
@@ -214,6 +219,18 @@ def _distractor(candidates: Sequence[Task], answers: list[str]) -> tuple[str, st
 # ------------------------------------------------------------------ competence -------
 
 
+def gold_answers(env) -> dict[str, set[str]]:
+    """Every question of ``env``'s splits (normalised) with its normalised gold answers: the
+    ground truth for a generated pair that asks one of them."""
+    out: dict[str, set[str]] = {}
+    for split in env.splits():
+        for task in env.tasks(split):
+            out.setdefault(normalize_answer(task_question(task)), set()).update(
+                map(normalize_answer, task_answers(task))
+            )
+    return out
+
+
 def contains(text: str, answer: str) -> bool:
     """Whether ``answer``, normalised, occurs as whole words in ``text``, normalised.
 
@@ -234,13 +251,17 @@ def generator_competence(
     *,
     topk: int = 3,
     seen_questions: Sequence[str] = (),
+    gold: Mapping[str, Collection[str]] | None = None,
 ) -> Competence:
     """The generator's held-out competence (module docstring) from its generations;
     ``retrieve`` is the environment's retriever (``retriever.retrieve``; None: no
-    ``findable`` and ``answer_retrieved``, NaN); ``seen_questions`` the SFT questions."""
+    ``findable`` and ``answer_retrieved``, NaN); ``seen_questions`` the SFT questions;
+    ``gold``: the environment's questions (normalised) and their gold answers
+    (:func:`gold_answers`; None: no ``known`` and ``known_gold``, NaN)."""
     pairs = [parse_pair(text) for text in texts]
     parsed = [p for p in pairs if p is not None]
     seen = {normalize_answer(q) for q in seen_questions}
+    known = [gold.get(normalize_answer(q)) if gold is not None else None for q, _ in parsed]
     grounded: list[bool] = []
     first: list[bool] = []
     if retrieve is not None and parsed:
@@ -255,15 +276,20 @@ def generator_competence(
             row.update(question=pair[0], answer=pair[1], copied=normalize_answer(pair[0]) in seen)
             if grounded:
                 row.update(findable=grounded[j], answer_retrieved=first[j])
+            if known[j] is not None:
+                row.update(known=True, gold=normalize_answer(pair[1]) in known[j])
             j += 1
         rows.append(row)
     n = max(len(rows), 1)
+    n_known = sum(a is not None for a in known)
     nan = float("nan")
     metrics = {
         "asl_generator/parsed": len(parsed) / n if rows else nan,
         "asl_generator/findable": sum(grounded) / n if retrieve is not None and rows else nan,
         "asl_generator/answer_retrieved": sum(first) / n if retrieve is not None and rows else nan,
         "asl_generator/copied": sum(r["copied"] for r in rows if r["parsed"]) / len(parsed) if parsed else nan,
+        "asl_generator/known": sum(a is not None for a in known) / len(parsed) if gold is not None and parsed else nan,
+        "asl_generator/known_gold": sum(r.get("gold", False) for r in rows) / n_known if n_known else nan,
         "asl_generator/truncated": sum(map(bool, truncated)) / n,
         "asl_generator/generations": len(rows),
     }
@@ -316,7 +342,8 @@ def summary(label: str, generator: Competence | None, verifier: Competence | Non
         g = generator.metrics
         parts.append(
             f"generator parsed {100 * g['asl_generator/parsed']:.1f}%, findable "
-            f"{100 * g['asl_generator/findable']:.1f}% of {g['asl_generator/generations']}"
+            f"{100 * g['asl_generator/findable']:.1f}% of {g['asl_generator/generations']}, gold answer "
+            f"{100 * g.get('asl_generator/known_gold', float('nan')):.1f}% of the questions the environment asks"
         )
     if verifier is not None:
         v = verifier.metrics

@@ -40,6 +40,7 @@ from roleagent.sft.asl_roles import (
     generate,
     generator_competence,
     generator_examples,
+    gold_answers,
     summary,
     verifier_competence,
     verifier_examples,
@@ -132,8 +133,9 @@ def competence(engine, cfg, env, data: Path, limit: int = 0):
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)  # fmt: skip
         retriever = getattr(env, "retriever", None)
         seen = [e.meta["question"] for e in _examples(data / train_file("generator"))]
+        gold = gold_answers(env) if hasattr(env, "splits") else None
         generator = generator_competence(texts, cut, retriever.retrieve if retriever is not None else None,
-                                         topk=getattr(env, "topk", 3), seen_questions=seen)  # fmt: skip
+                                         topk=getattr(env, "topk", 3), seen_questions=seen, gold=gold)  # fmt: skip
         for row, example in zip(generator.rows, held):
             row.update(role="generator", task=example.meta["task"], prompt=example.meta["prompt"])
     if held := _examples(data / valid_file("verifier"))[: limit or None]:
