@@ -199,6 +199,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int:
+    from roleagent.models.loading import sft_info
     from roleagent.sft.data import encode_example, write_examples
     from roleagent.sft.expert import play_expert
     from roleagent.sft.sources import read_examples
@@ -213,7 +214,7 @@ def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int
             write_examples(expert_file, expert)
         examples += read_examples(expert_file)
     encoded = [encode_example(engine, e) for e in examples]
-    base = {"base": cfg.model.name, "base_init_from": cfg.model.init_from, "seed": cfg.seed}
+    base = sft_info(cfg.model.name, cfg.model.init_from, cfg.seed)
     final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print, quiet=False)
     print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0

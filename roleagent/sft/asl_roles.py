@@ -288,7 +288,7 @@ def generator_competence(
         "asl_generator/findable": sum(grounded) / n if retrieve is not None and rows else nan,
         "asl_generator/answer_retrieved": sum(first) / n if retrieve is not None and rows else nan,
         "asl_generator/copied": sum(r["copied"] for r in rows if r["parsed"]) / len(parsed) if parsed else nan,
-        "asl_generator/known": sum(a is not None for a in known) / len(parsed) if gold is not None and parsed else nan,
+        "asl_generator/known": n_known / len(parsed) if gold is not None and parsed else nan,
         "asl_generator/known_gold": sum(r.get("gold", False) for r in rows) / n_known if n_known else nan,
         "asl_generator/truncated": sum(map(bool, truncated)) / n,
         "asl_generator/generations": len(rows),

@@ -133,7 +133,7 @@ def competence(engine, cfg, env, data: Path, limit: int = 0):
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)  # fmt: skip
         retriever = getattr(env, "retriever", None)
         seen = [e.meta["question"] for e in _examples(data / train_file("generator"))]
-        gold = gold_answers(env) if hasattr(env, "splits") else None
+        gold = gold_answers(env) if env is not None else None
         generator = generator_competence(texts, cut, retriever.retrieve if retriever is not None else None,
                                          topk=getattr(env, "topk", 3), seen_questions=seen, gold=gold)  # fmt: skip
         for row, example in zip(generator.rows, held):

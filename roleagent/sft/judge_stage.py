@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
+from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config, sft_info
 from roleagent.sft.data import SFTDataError, encode_example
 from roleagent.sft.judge import judge_competence, summary, write_judge_data
 from roleagent.sft.sources import read_examples
@@ -90,7 +90,7 @@ def _train(trainer, out: Path, examples: list) -> Path:
     encoded = [encode_example(trainer.engine, e) for e in examples + expert]
     start = str(final_dir(sft))
     policy = policy_from_config(m, seed=cfg.seed, init_from=start)
-    base = {"base": m.name, "base_init_from": start, "seed": cfg.seed}
+    base = sft_info(m.name, start, cfg.seed)
     return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=_logger(trainer))
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from roleagent.models.loading import SFT_INFO, Policy
+from roleagent.models.loading import SFT_INFO, Policy, sft_info
 from roleagent.models.precision import master_params
 from roleagent.progress import bar, phase
 from roleagent.sft.data import EncodedExample
@@ -131,7 +131,7 @@ def train_sft(
     steps = -(-len(examples) // cfg.batch_examples)
     resumed = f", resuming at epoch {start + 1}" if start else ""
     phase(f"SFT: {len(examples)} examples, {cfg.epochs} epochs × {steps} steps{resumed}", quiet=quiet)
-    base = base or {"base": policy.name, "base_init_from": "", "seed": seed}
+    base = base or sft_info(policy.name, "", seed)
     for epoch in range(start, cfg.epochs):
         with bar(len(examples), f"SFT epoch {epoch + 1}/{cfg.epochs}", "ex", quiet=quiet) as progress:
             record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch, progress=progress)

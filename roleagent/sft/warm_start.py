@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 from roleagent.engine.chat import prompt_fits
-from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config
+from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config, sft_info
 from roleagent.rollout import run_episodes
 from roleagent.sft import analyst as analyst_sft
 from roleagent.sft.asl_warm_start import EVALS as ASL_EVALS
@@ -244,7 +244,7 @@ def run_sft(trainer, out: Path) -> Path:
         for e in collect_examples(trainer, out)
     ]
     policy = policy_from_config(m, seed=cfg.seed, init_from=m.init_from)
-    base = {"base": m.name, "base_init_from": m.init_from, "seed": cfg.seed}
+    base = sft_info(m.name, m.init_from, cfg.seed)
     log = None if trainer.quiet else _warn
     return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log, quiet=trainer.quiet)
 
