@@ -36,7 +36,7 @@ FIELD_RULES: dict[str, Rule] = {
     "mmap_threshold_kb": within(0, 32768),  # glibc's largest (HEAP_MAX_SIZE / 2 on 64 bits)
     "model.name": NONEMPTY,
     "model.device": DEVICE,
-    "model.dtype": one_of("auto", "float32", "bfloat16", "float16"),
+    "model.dtype": one_of("auto", "fast", "float32", "bfloat16", "float16"),
     "model.lora_rank": count(0),
     "server.base_url": ((lambda v: re.match(r"https?://", v) is not None), "an http:// or https:// URL"),
     "server.mode": one_of("auto", "tokens", "text"),

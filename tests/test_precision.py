@@ -104,3 +104,24 @@ def test_bf16_generation_runs_on_fp32_master_weights():
     [generation] = engine.generate([[5, 6, 7, 8]], SamplingParams(max_new_tokens=4, temperature=1.0))
     assert len(generation.ids) >= 1 and all(lp <= 0.0 for lp in generation.logprobs)
     copy.deepcopy(policy.model)  # a copy of a wrapped model is usable (the critic's, the reference's)
+
+
+def test_fast_dtype_is_bf16_only_where_the_hardware_computes_it(monkeypatch):
+    import roleagent.models.loading as loading
+
+    assert isinstance(loading.cpu_computes_bf16(), bool)  # this machine's answer, whichever it is
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    for native, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(loading, "cpu_computes_bf16", lambda native=native: native)
+        assert loading.resolve_dtype("fast", cpu) == expected
+        assert loading.resolve_dtype("fast", cuda) == torch.bfloat16
+        assert loading.resolve_dtype("auto", cpu) == torch.float32  # auto never changes with the CPU
+
+
+def test_fast_is_a_valid_dtype_and_a_typo_is_refused():
+    from roleagent.config import load_config
+    from roleagent.fields import ConfigError
+
+    assert load_config("role_agent_alfworld", ["model.dtype=fast"]).model.dtype == "fast"
+    with pytest.raises(ConfigError, match="model.dtype"):
+        load_config("role_agent_alfworld", ["model.dtype=fastest"])

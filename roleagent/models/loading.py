@@ -116,10 +116,32 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX, as oneDNN
+    reports it). Where it does, a bf16 prefill of SmolLM2-135M runs ~1.9x as fast as fp32 and
+    a LoRA training step ~1.7x (2-core AVX512-BF16 CPU, ``benchmarks/bench_precision.py``);
+    where it does not, bf16 is emulated and 4-17x slower than fp32."""
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(torch.backends.mkldnn.is_available() and probe is not None and probe())
+    except RuntimeError:  # a torch build without oneDNN's CPU kernels
+        return False
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto``: bf16 on CUDA, fp32 on CPU (bf16 is 4-17x slower on CPUs without it)."""
+    """The torch dtype of ``model.dtype`` on ``device``.
+
+    - ``auto``: bf16 on CUDA, fp32 on a CPU (whatever it supports: the CPU results of
+      ``benchmarks/RESULTS.md`` and the tests are fp32);
+    - ``fast``: bf16 where the hardware computes it natively (CUDA, or a CPU for which
+      :func:`cpu_computes_bf16`), else fp32; e.g. the main recipe on a laptop without
+      AVX512-BF16 runs fp32, on a server CPU with it bf16 (``docs/design.md``, "Precision");
+    - ``float32`` / ``bfloat16`` / ``float16``: that dtype.
+    """
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == "fast":
+        return torch.bfloat16 if device.type == "cuda" or cpu_computes_bf16() else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
