@@ -21,7 +21,7 @@ keeps out of the PPO ratio when rollouts and training run in bf16). It prints wh
 computes bf16 natively (``cpu_computes_bf16``: AVX512-BF16 or AMX); where it does not, bf16 is
 emulated and the ratios come out far above 1. One line per phase ``bf16 / fp32 time, PHASE = R``.
 
-    python benchmarks/bench_precision.py [--batch 16] [--repeats 3] [--threads 2] [--init-from DIR]
+    python benchmarks/bench_precision.py [--batch 16] [--repeats 3] [--threads 2] [--init-from DIR] [--model embedded]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def run(args) -> None:
     states = [alfworld_prompt(i) for i in range(args.batch)]
     setups = {}
     for name in DTYPES:
-        policy = load_policy("embedded", dtype=name, lora_rank=16, init_from=args.init_from)
+        policy = load_policy(args.model, dtype=name, lora_rank=16, init_from=args.init_from)
         engine = create_engine("hf", policy, max_batch=args.batch, max_prompt_tokens=4096)
         tok = engine.tokenizer
         prompts = [engine.encode_chat(messages) for messages, _ in states]
@@ -125,7 +125,7 @@ def run(args) -> None:
     ]
     mean_prompt = sum(map(len, fp32[2])) / len(fp32[2])
     print(
-        f"embedded SmolLM2-135M{' from ' + args.init_from if args.init_from else ''}, LoRA r 16, "
+        f"{args.model}{' from ' + args.init_from if args.init_from else ''}, LoRA r 16, "
         f"{args.batch} prompts of {mean_prompt:.0f} tokens, {torch.get_num_threads()} threads, "
         f"best of {args.repeats}; this CPU computes bf16 natively: {cpu_computes_bf16()}"
     )
@@ -147,6 +147,9 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--model", default="embedded", help="model.name: embedded (SmolLM2-135M), tiny (tests), a folder"
+    )
     parser.add_argument("--init-from", default="", help="a checkpoint (e.g. RUN/sft/final); default the base model")
     run(parser.parse_args(argv))
 

@@ -61,9 +61,8 @@ class ModelConfig:
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     dtype: str = setting(
         "auto",
-        "auto (bf16 on CUDA, fp32 on CPU) | fast (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or "
-        "AMX; else fp32) | float32 | bfloat16 | float16; bf16: forwards under autocast, "
-        "trained weights kept fp32 (roleagent.models.precision); float16 generates but cannot train",
+        "auto (bf16 on CUDA, fp32 on CPU) | fast (bf16 where native: CUDA, AVX512-BF16/AMX CPUs) | float32 | bfloat16"
+        " | float16; bf16: forwards under autocast, trained weights fp32 (roleagent.models.precision); float16 cannot train",
     )
     lora_rank: int = setting(16, "LoRA rank; 0 trains all weights (the KL reference is then a frozen copy)")
     lora_alpha: int = setting(32, "LoRA alpha")

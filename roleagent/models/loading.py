@@ -121,10 +121,9 @@ def cpu_computes_bf16() -> bool:
     reports it). Where it does, a bf16 prefill of SmolLM2-135M runs ~1.9x as fast as fp32 and
     a LoRA training step ~1.7x (2-core AVX512-BF16 CPU, ``benchmarks/bench_precision.py``);
     where it does not, bf16 is emulated and 4-17x slower than fp32."""
-    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
-        return bool(torch.backends.mkldnn.is_available() and probe is not None and probe())
-    except RuntimeError:  # a torch build without oneDNN's CPU kernels
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN or without the probe
         return False
 
 
