@@ -118,8 +118,9 @@ def resolve_device(device: str) -> torch.device:
 
 def cpu_computes_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX, as oneDNN
-    reports it). Where it does, a bf16 prefill of SmolLM2-135M runs ~1.9x as fast as fp32 and
-    a LoRA training step ~1.7x (2-core AVX512-BF16 CPU, ``benchmarks/bench_precision.py``);
+    reports it). Where it does, a bf16 prefill of SmolLM2-135M runs ~1.9x as fast as fp32, an
+    evaluation turn ~1.35x and a LoRA training step ~1.5x (2-core AVX512-BF16 CPU,
+    ``benchmarks/bench_precision.py``);
     where it does not, bf16 is emulated and 4-17x slower than fp32."""
     try:
         return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
