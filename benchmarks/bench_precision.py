@@ -30,7 +30,7 @@ import argparse
 import time
 
 import torch
-from bench_engine import alfworld_prompt
+from bench_engine import alfworld_prompt, left_pad
 
 from roleagent.engine import create_engine
 from roleagent.engine.base import SamplingParams
@@ -41,18 +41,14 @@ DTYPES = ("float32", "bfloat16")
 
 
 def command_batch(engine, prompts: list[list[int]], commands: list[list[int]]):
-    """Input ids, attention mask and labels (-100 outside the command) of prompt + command rows."""
-    pad = engine.tokenizer.pad_token_id
-    rows = [p + c for p, c in zip(prompts, commands)]
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
+    """Input ids, attention mask (``bench_engine.left_pad``, as the engine pads) and labels
+    (-100 outside the command) of prompt + command rows."""
+    ids, mask = left_pad(
+        [p + c for p, c in zip(prompts, commands)], engine.tokenizer.pad_token_id, engine.policy.device
+    )
     labels = torch.full_like(ids, -100)
-    for i, (p, c) in enumerate(zip(prompts, commands)):
-        start = width - len(p) - len(c)  # left padding, as the engine's
-        ids[i, start:] = torch.tensor(p + c)
-        mask[i, start:] = 1
-        labels[i, width - len(c) :] = torch.tensor(c)
+    for i, c in enumerate(commands):
+        labels[i, ids.shape[1] - len(c) :] = torch.tensor(c)
     return ids, mask, labels
 
 
@@ -83,10 +79,18 @@ def run(args) -> None:
     greedy = SamplingParams(max_new_tokens=longest, temperature=0.0)
     sampled = SamplingParams(max_new_tokens=longest, temperature=0.9)
 
+    commands = {name: [g.ids for g in st[1].generate(st[2], greedy, st[3])] for name, st in setups.items()}
+    fp32, bf16 = setups["float32"], setups["bfloat16"]
+    reference = command_batch(fp32[1], fp32[2], commands["float32"])  # before any training step
+    gaps = [
+        abs(a - b)
+        for ra, rb in zip(command_logprobs(fp32[0].model, reference), command_logprobs(bf16[0].model, reference))
+        for a, b in zip(ra, rb)
+    ]
+
     def phases(name):
         policy, engine, prompts, allowed, optimizer = setups[name]
-        commands = [g.ids for g in engine.generate(prompts, greedy, allowed)]
-        batch = command_batch(engine, prompts, commands)
+        batch = command_batch(engine, prompts, commands[name])
 
         def train_step():
             policy.model.train()
@@ -100,29 +104,20 @@ def run(args) -> None:
             "greedy step": lambda: engine.generate(prompts, greedy, allowed),
             "sampled step": lambda: engine.generate(prompts, sampled, allowed),
             "train step": train_step,
-        }, commands
+        }
 
-    best = {(name, phase): float("inf") for name in DTYPES for phase in ("greedy step", "sampled step", "train step")}
-    commands = {}
-    for name in DTYPES:  # warm-up, and the greedy commands before any training step
-        calls, commands[name] = phases(name)
-        for call in calls.values():
+    calls = {name: phases(name) for name in DTYPES}
+    best = {(name, phase): float("inf") for name in DTYPES for phase in calls[name]}
+    for name in DTYPES:  # warm-up
+        for call in calls[name].values():
             call()
     for _ in range(args.repeats):
         for name in DTYPES:
-            calls, _ = phases(name)
-            for phase, call in calls.items():
+            for phase, call in calls[name].items():
                 start = time.perf_counter()
                 call()
                 best[name, phase] = min(best[name, phase], time.perf_counter() - start)
 
-    fp32, bf16 = setups["float32"], setups["bfloat16"]
-    reference = command_batch(fp32[1], fp32[2], commands["float32"])
-    gaps = [
-        abs(a - b)
-        for ra, rb in zip(command_logprobs(fp32[0].model, reference), command_logprobs(bf16[0].model, reference))
-        for a, b in zip(ra, rb)
-    ]
     mean_prompt = sum(map(len, fp32[2])) / len(fp32[2])
     print(
         f"{args.model}{' from ' + args.init_from if args.init_from else ''}, LoRA r 16, "
