@@ -8,13 +8,16 @@ raise another's), and reads the ``memory/<phase>_start_mb`` / ``_peak_mb`` recor
 per phase (evaluations ``eval``, ``sft`` with the expert's play, ``load_sft``, the RL
 ``rollout``, ``update``), each arm's start → peak, then per arm the whole process's peak
 (``ru_maxrss``), its wall time, the prompt tokens the RL rollouts reused, SFT and update
-tokens/s, and one line per arm ``peak ARM / peak FIRST = R`` (the first arm is the
-reference)::
+tokens/s, and one line per arm ``peak ARM / peak FIRST = R; wall ARM / wall FIRST = W`` (the
+first arm is the reference)::
 
     python benchmarks/bench_memory.py --out runs/bench_memory \\
         --arm before:release_memory=false,rollout.prefix_cache_tokens=32768 --arm shipped:
 
-An arm is ``NAME:KEY=VALUE,...`` (``NAME:`` alone: the recipe as it is). Shortened (``--short``,
+An arm is ``NAME:KEY=VALUE,...`` (``NAME:`` alone: the recipe as it is); an upper-case KEY is
+an environment variable of the arm's process instead of a setting, e.g.
+``--arm cache0:ONEDNN_PRIMITIVE_CACHE_CAPACITY=0`` (oneDNN reads it when it first runs).
+Shortened (``--short``,
 overridable by the arms): 16 games on ``valid_seen`` only, 8 expert games, one SFT epoch,
 one RL iteration, one torch thread. Arms run one after the other unless ``--jobs 2``
 (then wall times and tokens/s are only roughly comparable; memory is not affected).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -102,11 +106,24 @@ def report(arms: dict[str, dict]) -> str:
         t = arms[n]["totals"]
         lines.append(f"| {n} | " + " | ".join("–" if t.get(k) is None else f"{t[k]:,.0f}" for k in keys) + " |")
     lines.append("")
-    ref = arms[names[0]]["totals"]["ru_maxrss_mb"]
+    ref = arms[names[0]]["totals"]
     for n in names[1:]:
         t = arms[n]["totals"]
-        lines.append(f"peak {n} / peak {names[0]} = {t['ru_maxrss_mb'] / ref:.2f}")
+        lines.append(
+            f"peak {n} / peak {names[0]} = {t['ru_maxrss_mb'] / ref['ru_maxrss_mb']:.2f}; "
+            f"wall {n} / wall {names[0]} = {t['wall_s'] / ref['wall_s']:.2f}"
+        )
     return "\n".join(lines)
+
+
+def arm_environment(sets: list[str]) -> tuple[dict[str, str], list[str]]:
+    """An arm's settings split into its process's environment (upper-case keys) and the rest.
+
+    >>> arm_environment(["ONEDNN_PRIMITIVE_CACHE_CAPACITY=0", "threads=1"])
+    ({'ONEDNN_PRIMITIVE_CACHE_CAPACITY': '0'}, ['threads=1'])
+    """
+    env = dict(s.split("=", 1) for s in sets if s.split("=", 1)[0].isupper())
+    return env, [s for s in sets if not s.split("=", 1)[0].isupper()]
 
 
 def main() -> None:
@@ -127,9 +144,10 @@ def main() -> None:
     def run(arm: tuple[str, list[str]]) -> None:
         name, sets = arm
         run_dir = args.out / name
+        env, sets = arm_environment(sets)
         if not (run_dir / "bench_memory.json").is_file():
             cmd = [sys.executable, __file__, "--recipe", args.recipe, "--child", str(run_dir)]
-            subprocess.run([*cmd, *args.short, *sets], check=True)
+            subprocess.run([*cmd, *args.short, *sets], check=True, env={**os.environ, **env})
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(run, args.arm))

@@ -1,5 +1,5 @@
 """benchmarks/bench_memory.py's reading and table: phases in record order, the arms side by
-side, and each arm's peak against the first arm's."""
+side, each arm's peak and wall time against the first arm's, and environment arms."""
 
 from __future__ import annotations
 
@@ -38,4 +38,9 @@ def test_phases_side_by_side_and_the_peak_ratio(tmp_path):
     table = bench_memory.report(arms)
     assert "| eval 2 | – | 400 → 1,500 |" in table  # a second evaluation in b only
     assert "| sft 1 | 800 → 2,000 | 800 → 1,500 |" in table
-    assert table.endswith("peak b / peak a = 0.75")
+    assert table.endswith("peak b / peak a = 0.75; wall b / wall a = 1.00")
+
+
+def test_upper_case_arm_keys_are_the_arm_process_environment():
+    env, sets = bench_memory.arm_environment(["ONEDNN_PRIMITIVE_CACHE_CAPACITY=0", "threads=1", "x.Y=2"])
+    assert env == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "0"} and sets == ["threads=1", "x.Y=2"]

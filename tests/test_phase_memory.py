@@ -2,6 +2,7 @@
 once, seen by the sampling thread even when freed before the phase ends, and a phase gives
 freed heap pages back."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -105,3 +106,14 @@ def test_a_fixed_mmap_threshold_gives_freed_activations_back_at_once(kib):
     was_set, freed = out.stdout.split()
     assert was_set == str(kib > 0)
     assert float(freed) > 300 if kib else float(freed) < 100, out.stdout
+
+
+def test_the_onednn_cache_cap_goes_to_the_environment_unless_it_is_set(monkeypatch):
+    """onednn_cache: oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY when it builds its first
+    primitive; the setting writes it, never over a user's own value, and -1 leaves it alone."""
+    name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+    monkeypatch.delenv(name, raising=False)
+    assert not mem.limit_onednn_cache(-1) and name not in os.environ
+    assert mem.limit_onednn_cache(64) and os.environ[name] == "64"
+    monkeypatch.setenv(name, "512")
+    assert not mem.limit_onednn_cache(64) and os.environ[name] == "512"

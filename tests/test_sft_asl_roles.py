@@ -25,6 +25,7 @@ from roleagent.methods.asl.method import ASLMethod
 from roleagent.methods.asl.roles import grm_evidence, role_task
 from roleagent.models.loading import load_policy
 from roleagent.sft.asl_roles import (
+    evidence_check,
     follow_up_parents,
     generate,
     generator_competence,
@@ -146,6 +147,35 @@ def test_verifier_examples_are_the_method_grm_prompts_with_the_exact_match_verdi
         assert encoded.ids == prompt + target + [eos]
         assert encoded.loss_mask == [0] * len(prompt) + [1] * (len(target) + 1)
         assert parse_verdict(example.messages[-1]["content"]) == example.meta["label"]  # the method's parser
+
+
+def test_the_evidence_check_precedes_the_verdict_in_the_target_and_carries_the_loss(engine):
+    """``sft.asl_verifier_check``: the same prompts; the target states whether the results
+    contain the student's answer, then the verdict, and the whole reply is trained."""
+
+    def evidence(questions):  # holds the gold answer of the beryllium questions only
+        return [
+            f"<information>Doc 1 {'4 and lithium' if 'beryllium' in q else 'nothing'}</information>" for q in questions
+        ]
+
+    checked = verifier_examples(POOL, POOL, with_system=True, seed=3, evidence=evidence, check=True)
+    plain = verifier_examples(POOL, POOL, with_system=True, seed=3, evidence=evidence)
+    assert {e.meta["attempt_in_evidence"] for e in checked} == {True, False}
+    eos = engine.tokenizer.eos_token_id
+    for example, base in zip(checked, plain, strict=True):
+        assert example.messages[:-1] == base.messages[:-1] and example.meta == base.meta
+        reply = example.messages[-1]["content"]
+        found = example.meta["attempt_in_evidence"]
+        assert reply == evidence_check(example.meta["attempt"], found) + verdict_target(example.meta["label"])
+        assert ("do not contain it" in reply) != found and example.meta["attempt"] in reply
+        assert parse_verdict(reply) == example.meta["label"]
+        prompt = encode_example(engine, base).prompts[-1]
+        encoded = encode_example(engine, example)
+        target = engine.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        assert encoded.ids == prompt + target + [eos]
+        assert encoded.loss_mask == [0] * len(prompt) + [1] * (len(target) + 1)
+    with pytest.raises(ValueError, match="asl.grm_retrieval"):
+        verifier_examples(POOL, POOL, with_system=True, check=True)
 
 
 def test_the_grm_judges_with_the_search_results_it_was_trained_on(engine, tmp_path):
@@ -315,6 +345,12 @@ def test_the_switch_needs_asl_and_is_data_by_itself():
         load_config("asl_search_warm", TINY_ASL + ["sft.asl_roles=false"])
     with pytest.raises(ConfigError, match="sft.asl_questions"):
         load_config("asl_search_warm", TINY_ASL + ["sft.asl_questions=0"])
+    check = TINY_ASL + ["sft.asl_verifier_check=true"]
+    assert load_config("asl_search_warm", check + ["asl.grm_retrieval=true"]).sft.asl_verifier_check
+    with pytest.raises(ConfigError, match="needs asl.grm_retrieval"):
+        load_config("asl_search_warm", check)
+    with pytest.raises(ConfigError, match="asl.grm_verdicts: free"):
+        load_config("asl_search_warm", check + ["asl.grm_retrieval=true", "asl.grm_verdicts=constrained"])
 
 
 def test_warm_start_trains_and_measures_both_roles(tmp_path, retriever_url):

@@ -174,12 +174,21 @@ def generator_examples(tasks: Sequence[Task], pool: Sequence[Task], *, with_syst
 
 
 def verifier_examples(
-    tasks: Sequence[Task], pool: Sequence[Task], *, with_system: bool, seed: int = 0, evidence: Evidence | None = None
+    tasks: Sequence[Task],
+    pool: Sequence[Task],
+    *,
+    with_system: bool,
+    seed: int = 0,
+    evidence: Evidence | None = None,
+    check: bool = False,
 ) -> list[ChatExample]:
     """The verifier's examples of ``tasks`` (module docstring): per question its gold
     answer (aliases in turn) and another question's gold answer, as the student's answer,
     labelled by exact match; distractors from ``pool``, same type first, seeded.
-    ``evidence``: the search results the GRM is shown (``asl.grm_retrieval``), None for none."""
+    ``evidence``: the search results the GRM is shown (``asl.grm_retrieval``), None for none.
+    ``check``: the target first states whether the results hold the answer (:func:`evidence_check`)."""
+    if check and evidence is None:
+        raise ValueError("the verifier's evidence check needs the search results (asl.grm_retrieval)")
     rng = random.Random(f"{seed}/asl_verifier")
     shown = evidence([task_question(t) for t in tasks]) if evidence is not None else [""] * len(tasks)
     by_type: dict[str, list[Task]] = {}
@@ -203,8 +212,22 @@ def verifier_examples(
                     "attempt": attempt, "source": source, "label": label, "answers": list(answers),
                     "evidence": bool(shown[index]), "attempt_in_evidence": contains(shown[index], attempt)}  # fmt: skip
             chat = grm_chat(question, attempt, with_system, shown[index])
-            out.append(_example(chat, verdict_target(label), meta))
+            reply = evidence_check(attempt, meta["attempt_in_evidence"]) if check else ""
+            out.append(_example(chat, reply + verdict_target(label), meta))
     return out
+
+
+def evidence_check(attempt: str, found: bool) -> str:
+    """The check a verifier target states before its verdict with ``sft.asl_verifier_check``:
+    the student's answer copied, then whether the search results contain it (:func:`contains`,
+    as the example's ``meta["attempt_in_evidence"]``). Figure 12 asks the GRM to "think it
+    through" before concluding; this is that thought, written from the data.
+
+    >>> evidence_check("La", False)
+    "<think>\\nThe student's answer is La. The search results do not contain it.\\n</think>\\n"
+    """
+    found_text = "contain it" if found else "do not contain it"
+    return f"<think>\nThe student's answer is {attempt}. The search results {found_text}.\n</think>\n"
 
 
 def _distractor(candidates: Sequence[Task], answers: list[str]) -> tuple[str, str] | None:

@@ -88,7 +88,9 @@ def write_role_data(cfg, train_tasks: Sequence[Task], out: Path, *, env, exclude
     for name, tasks in ((train_file, sft), (valid_file, held_out)):
         made = {
             "generator": generator_examples(tasks, pool, with_system=system),
-            "verifier": verifier_examples(tasks, pool, with_system=system, seed=cfg.seed, evidence=evidence),
+            "verifier": verifier_examples(
+                tasks, pool, with_system=system, seed=cfg.seed, evidence=evidence, check=s.asl_verifier_check
+            ),
         }
         for role in ROLES:
             if made[role]:

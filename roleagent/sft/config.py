@@ -49,6 +49,12 @@ class SFTConfig:
         "sft.asl_roles: further training-split questions (never SFT data, never a panel task) whose examples "
         "measure the roles before and after SFT (asl_generator/*, asl_verifier/* metrics); 0 = no measurement",
     )
+    asl_verifier_check: bool = setting(
+        False,
+        "sft.asl_roles: each verifier target first states whether the GRM's search results contain the "
+        "student's answer, then the verdict (roleagent.sft.asl_roles.evidence_check); needs asl.grm_retrieval "
+        "and asl.grm_verdicts: free",
+    )
     analyst: bool = setting(
         False,
         "also warm-start the Agent-In-World analyst (roleagent.sft.analyst): the base policy plays "
@@ -108,6 +114,11 @@ def check_warm_start(cfg) -> None:
         raise ConfigError("sft.enabled needs data: sft.expert_tasks > 0 or an sft.data file")
     if sft.asl_roles and not cfg.asl.enabled:
         raise ConfigError("sft.asl_roles needs asl.enabled (the roles' prompts are the ASL method's)")
+    if sft.asl_verifier_check and not (cfg.asl.grm_retrieval and cfg.asl.grm_verdicts == "free"):
+        raise ConfigError(
+            "sft.asl_verifier_check needs asl.grm_retrieval (the results it checks) and asl.grm_verdicts: free "
+            "(a constrained GRM writes the verdict alone)"
+        )
     if sft.predictor and not (cfg.wia.enabled and sft.expert_tasks > 0):
         raise ConfigError(
             "sft.predictor needs wia.enabled (its prompt and horizon) and sft.expert_tasks > 0 (its data)"
