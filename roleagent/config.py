@@ -220,11 +220,6 @@ class TrainConfig:
         True, "after each phase, give freed heap pages back (gc, then glibc's malloc_trim; roleagent.trainer.memory)"
     )
     mmap_threshold_kb: int = setting(0, "glibc: blocks of >= this many KiB are returned when freed (0: glibc's)")
-    onednn_cache: int = setting(
-        64,
-        "CPU: oneDNN's primitive cache capacity (ONEDNN_PRIMITIVE_CACHE_CAPACITY, unless the environment sets it; "
-        "-1: oneDNN's 1,024); a new shape per prompt length fills a larger one (roleagent.trainer.memory)",
-    )
     report_to: list = setting(
         ["jsonl"],
         "metric sinks (as TRL's report_to): jsonl (always), tensorboard, wandb, trackio; each named one must be "

@@ -34,7 +34,6 @@ FIELD_RULES: dict[str, Rule] = {
     "checkpoint_every": count(1),
     "threads": count(0),
     "mmap_threshold_kb": within(0, 32768),  # glibc's largest (HEAP_MAX_SIZE / 2 on 64 bits)
-    "onednn_cache": count(-1),
     "model.name": NONEMPTY,
     "model.device": DEVICE,
     "model.dtype": one_of("auto", "fast", "float32", "bfloat16", "float16"),

@@ -109,11 +109,11 @@ def test_a_fixed_mmap_threshold_gives_freed_activations_back_at_once(kib):
 
 
 def test_the_onednn_cache_cap_goes_to_the_environment_unless_it_is_set(monkeypatch):
-    """onednn_cache: oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY when it builds its first
-    primitive; the setting writes it, never over a user's own value, and -1 leaves it alone."""
+    """oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY when it builds its first primitive; a run
+    writes its cap there before its model runs, never over a value the user set."""
     name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
     monkeypatch.delenv(name, raising=False)
-    assert not mem.limit_onednn_cache(-1) and name not in os.environ
-    assert mem.limit_onednn_cache(64) and os.environ[name] == "64"
-    monkeypatch.setenv(name, "512")
-    assert not mem.limit_onednn_cache(64) and os.environ[name] == "512"
+    mem.configure_allocators(0)
+    assert os.environ[name] == str(mem.ONEDNN_CACHE) == "64"
+    monkeypatch.setenv(name, "1024")
+    assert not mem.limit_onednn_cache() and os.environ[name] == "1024"

@@ -29,7 +29,7 @@ def evaluate_baseline(
         import torch
 
         torch.set_num_threads(cfg.threads)
-    limit_onednn_cache(cfg.onednn_cache)
+    limit_onednn_cache()
     model = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=False)
     engine = create_engine(
         cfg.model.engine, model, max_batch=cfg.rollout.max_batch, max_prompt_tokens=cfg.rollout.max_prompt_tokens

@@ -10,7 +10,7 @@ from roleagent.fields import ConfigError
 
 
 def load_engine(cfg, *, lora: bool = False):
-    """``(policy, engine)`` for ``cfg`` (``model.init_from`` loaded, ``threads`` and ``onednn_cache`` applied);
+    """``(policy, engine)`` for ``cfg`` (``model.init_from`` loaded, ``threads`` and the oneDNN cache cap applied);
     ``lora``: fresh adapters to train (then the engine must run weights here)."""
     import torch
 
@@ -20,7 +20,7 @@ def load_engine(cfg, *, lora: bool = False):
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    limit_onednn_cache(cfg.onednn_cache)
+    limit_onednn_cache()
     policy = engine_policy(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
     if lora and policy.model is None:
         raise ConfigError(f"model.engine={cfg.model.engine} runs no weights here: sft needs model.engine=hf")
