@@ -42,8 +42,8 @@ each mapping is zero-filled again); with activation checkpointing 1.82 → 0.80 
 (27.3 → 35.4 s) (``benchmarks/RESULTS.md``, "Memory").
 
 **oneDNN's primitive cache** (:func:`limit_onednn_cache`, at 64 unless the environment sets
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY``). On the CPU
-torch runs matrix products through oneDNN, which keeps each primitive it built (one per
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY``). On the CPU torch runs matrix products through oneDNN,
+which keeps each primitive it built (one per
 operation, shape and data type; bf16 ones with their own buffers) in a cache of 1,024 by
 default. Prompts of every length give a new shape per prefill, micro-batch and backward, so
 the cache fills with primitives that are never used again. The main job shortened
@@ -95,7 +95,7 @@ def _libc(name: str):
 
 _TRIM, _MALLOPT = _libc("malloc_trim"), _libc("mallopt")
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-_ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+_ONEDNN_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 #: oneDNN primitives kept (module docstring); oneDNN's own default is 1,024
 ONEDNN_CACHE = 64
 
@@ -112,9 +112,9 @@ def limit_onednn_cache(capacity: int = ONEDNN_CACHE) -> bool:
     """Cap oneDNN's primitive cache at ``capacity`` primitives (module docstring) unless the
     environment already sets ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` (``=1024`` restores oneDNN's
     default). True when it was set. Takes effect only before the process's first primitive."""
-    if _ONEDNN_CACHE in os.environ:
+    if _ONEDNN_VARIABLE in os.environ:
         return False
-    os.environ[_ONEDNN_CACHE] = str(capacity)
+    os.environ[_ONEDNN_VARIABLE] = str(capacity)
     return True
 
 
