@@ -5,13 +5,20 @@ from __future__ import annotations
 import pytest
 
 from roleagent.envs.alfworld.diagnosis import FAILURE_TAXONOMY
-from roleagent.methods.role_agent.aiw.prompts import analysis_messages, render_trajectory, task_instruction
+from roleagent.fields import ConfigError, from_dict
+from roleagent.methods.role_agent.aiw.prompts import (
+    ANALYSIS_ORDERS,
+    analysis_messages,
+    render_trajectory,
+    task_instruction,
+)
 from roleagent.methods.role_agent.aiw.reflection import (
     fallback_reflection,
     map_to_taxonomy,
     parse_reflection,
     rule_reflection,
 )
+from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.types import Step, Task, Trajectory
 
 ALFWORLD = FAILURE_TAXONOMY  # Role-Agent Table 6, ALFWorld
@@ -67,6 +74,19 @@ def test_prompt_has_figure8_structure_and_taxonomy():
         "action_format_error",
     ):
         assert needle in user, needle
+
+
+def test_evidence_first_asks_for_the_step_and_the_detail_before_the_type():
+    paper, evidence = (analysis_messages(traj(), ALFWORLD, order=o)[1]["content"] for o in ANALYSIS_ORDERS)
+    block = evidence.split("<reflection>\n")[1].split("\n</reflection>")[0].splitlines()
+    assert [line.split(":")[0] for line in block] == list(ANALYSIS_ORDERS["evidence_first"])
+    assert block[0] == "CRITICAL_STEP: [step number and brief description of what went wrong]"
+    # the same prompt apart from the output format's order
+    assert sorted(paper.splitlines()) == sorted(evidence.splitlines()) and paper != evidence
+    with pytest.raises(ValueError, match="field order"):
+        analysis_messages(traj(), ALFWORLD, order="type_last")
+    with pytest.raises(ConfigError, match="aiw.analysis_order"):
+        from_dict(AIWConfig, {"analysis_order": "type_last"}, "aiw").validate()
 
 
 def test_instruction_falls_back_to_first_observation():

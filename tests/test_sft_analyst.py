@@ -28,7 +28,7 @@ from roleagent.methods.role_agent.aiw.prompts import (
     analysis_messages,
     render_trajectory,
 )
-from roleagent.methods.role_agent.aiw.roles import parse_answer
+from roleagent.methods.role_agent.aiw.roles import analyst_prefix, parse_answer
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.models.loading import load_policy
 from roleagent.rollout import RolloutSettings, run_episodes
@@ -83,7 +83,13 @@ class AnsweringEngine:
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"analyst_prompt": "paper"}, {"answer_prefix": False}, {"stop_at_close": False, "analyst_prompt": "paper"}],
+    [
+        {},
+        {"analyst_prompt": "paper"},
+        {"answer_prefix": False},
+        {"stop_at_close": False, "analyst_prompt": "paper"},
+        {"analysis_order": "evidence_first"},
+    ],
 )
 def test_examples_are_the_aiw_analysis_prompts_trained_on_the_rule_analysis(engine, failures, tmp_path, options):
     trajectories, pool = failures
@@ -91,7 +97,12 @@ def test_examples_are_the_aiw_analysis_prompts_trained_on_the_rule_analysis(engi
     taxonomy = pool.meta.failure_taxonomy
     examples = analyst_examples(trajectories, taxonomy, aiw, diagnose=pool.diagnose)
     assert len(examples) == len(trajectories) > 0
-    prefix = ANALYSIS_ANSWER_PREFIX if aiw.answer_prefix else ""
+    prefix = analyst_prefix(aiw)
+    assert (
+        prefix
+        == {"type_first": ANALYSIS_ANSWER_PREFIX, "evidence_first": "<reflection>\nCRITICAL_STEP:"}[aiw.analysis_order]
+        * aiw.answer_prefix
+    )
     tok, answers, prompts = engine.tokenizer, {}, []
     for example in examples:
         check_example(example.to_json())  # a valid JSONL line of roleagent.sft.data
@@ -167,6 +178,11 @@ def test_every_target_parses_as_its_rule_reflection_in_one_block(label):
     ref = parse_answer(target, FAILURE_TAXONOMY, AIWConfig())
     assert (ref.dominant_type, ref.type_status, ref.critical_step, ref.parsed_ok) == (label, "exact", 4, True)
     assert ref.core_lesson == lesson(label) and lesson(label) != lesson("something_else")
+    # evidence first: the same lines, the step and the detail before the type, parsed alike
+    lines = analysis_target(alfworld_failure(), diagnosis, FAILURE_TAXONOMY, "evidence_first").splitlines()
+    assert lines == [target.splitlines()[i] for i in (0, 3, 2, 1, 4, 5, 6)]
+    cfg = AIWConfig(analysis_order="evidence_first")
+    assert parse_answer("\n".join(lines), FAILURE_TAXONOMY, cfg) == ref
 
 
 def test_step_numbers_and_per_game_cap():
@@ -217,6 +233,10 @@ def test_analyst_competence_generates_from_the_example_prompts(engine, failures)
     assert {s.stop for s in canned.sampling} == {ANALYSIS_STOP_AFTER_PREFIX}
     assert result.rows[0]["type"] == examples[0].meta["label"] and result.rows[0]["complete"]
     assert result.metrics["aiw_analyst/agreement"] == pytest.approx(1 / len(examples))
+    # examples written in one field order, measured with the other: refused, nothing generated
+    with pytest.raises(ValueError, match="CRITICAL_STEP"):
+        analyst_competence(canned, examples, pool.meta.failure_taxonomy, AIWConfig(analysis_order="evidence_first"))
+    assert len(canned.prompts) == len(examples)
 
 
 def test_the_switch_needs_the_policy_analyst():

@@ -6,13 +6,14 @@ held-out measure of that competence.
 **Examples.** For a failed, uncrashed trajectory τ with a rule diagnosis d
 (``τ.diagnosis``, else ``Environment.diagnose(τ)``: what the AIW analyst falls back to),
 the prompt is the analyst's: ``analysis_messages(τ, taxonomy, aiw.analysis_chars,
-aiw.observation_chars, aiw.analyst_prompt, fits)`` within the engine's prompt limit, its answer started with
-``ANALYSIS_ANSWER_PREFIX`` when ``aiw.answer_prefix`` is on; encoded, it is
+aiw.observation_chars, aiw.analyst_prompt, fits, aiw.analysis_order)`` within the engine's prompt limit,
+its answer started with ``analyst_prefix(aiw)`` when ``aiw.answer_prefix`` is on; encoded, it is
 ``engine.encode_chat(messages, response_prefix=prefix)``, the prompt ``Trainer.chat``
 gives the policy in ``AgentInWorldMethod.after_iteration``, token for token
 (``tests/test_sft_analyst.py``). The target is Fig. 8's block, one field per line (the
 AIW analyst stops at a blank line once its answer was started for it), built from
-``rule_reflection(d)``, the reflection the AIW would file for τ::
+``rule_reflection(d)``, the reflection the AIW would file for τ, in ``aiw.analysis_order``
+(here Figure 8's; ``evidence_first``: CRITICAL_STEP, DETAIL, then DOMINANT_TYPE)::
 
     <reflection>
     DOMINANT_TYPE: d.dominant_type
@@ -68,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roleagent.engine.base import SamplingParams
-from roleagent.methods.role_agent.aiw.prompts import _clip, analysis_messages, task_instruction
+from roleagent.methods.role_agent.aiw.prompts import ANALYSIS_ORDERS, _clip, analysis_messages, task_instruction
 from roleagent.methods.role_agent.aiw.reflection import rule_reflection
 from roleagent.methods.role_agent.aiw.roles import Fits, analyst_prefix, analyst_stop, parse_answer
 from roleagent.methods.role_agent.config import AIWConfig
@@ -125,9 +126,12 @@ def retrieval_query(label: str, trajectory: Trajectory) -> str:
     return f"{label.replace('_', ' ')} in {kind} task: {goal}" if kind else f"{label.replace('_', ' ')}: {goal}"
 
 
-def analysis_target(trajectory: Trajectory, diagnosis: dict[str, Any], taxonomy: Sequence[str]) -> str:
+def analysis_target(
+    trajectory: Trajectory, diagnosis: dict[str, Any], taxonomy: Sequence[str], order: str = "type_first"
+) -> str:
     """Fig. 8's ``<reflection>`` block for ``trajectory`` from its rule ``diagnosis``
-    (module docstring), the whole block from ``<reflection>`` to ``</reflection>``."""
+    (module docstring), the whole block from ``<reflection>`` to ``</reflection>``, its
+    fields in ``order`` (``aiw.analysis_order``)."""
     ref = rule_reflection(diagnosis, taxonomy)
     if ref is None:
         raise ValueError("no diagnosis: no analysis target")
@@ -138,14 +142,14 @@ def analysis_target(trajectory: Trajectory, diagnosis: dict[str, Any], taxonomy:
         where = f'Step {step + 1}, "{_clip(act.action or act.action_text, 120)}"'
     detail = one_based(_clip(ref.detail, 300)) or ref.dominant_type.replace("_", " ")
     query = str(diagnosis.get("retrieval_query", diagnosis.get("query", "")) or "")
-    lines = [
-        f"DOMINANT_TYPE: {ref.dominant_type}",
-        f"DETAIL: {detail}",
-        f"CRITICAL_STEP: {where}",
-        f"CORE_LESSON: {_clip(ref.core_lesson, 300) or lesson(ref.dominant_type)}",
-        f"RETRIEVAL_QUERY: {_clip(query, 200) or retrieval_query(ref.dominant_type, trajectory)}",
-    ]
-    return "<reflection>\n" + "\n".join(lines) + "\n</reflection>"
+    values = {
+        "DOMINANT_TYPE": ref.dominant_type,
+        "DETAIL": detail,
+        "CRITICAL_STEP": where,
+        "CORE_LESSON": _clip(ref.core_lesson, 300) or lesson(ref.dominant_type),
+        "RETRIEVAL_QUERY": _clip(query, 200) or retrieval_query(ref.dominant_type, trajectory),
+    }
+    return "<reflection>\n" + "\n".join(f"{key}: {values[key]}" for key in ANALYSIS_ORDERS[order]) + "\n</reflection>"
 
 
 def analyst_examples(
@@ -168,18 +172,15 @@ def analyst_examples(
             continue
         fit = None if fits is None else (lambda m: fits(m, prefix))
         messages = analysis_messages(
-            trajectory, taxonomy, aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt, fit
+            trajectory, taxonomy, aiw.analysis_chars, aiw.observation_chars, aiw.analyst_prompt, fit, aiw.analysis_order
         )
-        target = analysis_target(trajectory, diagnosis, taxonomy)
+        target = analysis_target(trajectory, diagnosis, taxonomy, aiw.analysis_order)
         ref = rule_reflection(diagnosis, taxonomy)
-        task = trajectory.task
-        meta = {
-            "task": task.id,
-            "split": task.split,
-            "task_type": task.metadata.get("task_type"),
-            "role": "analyst",
+        task, step = trajectory.task, ref.critical_step
+        meta = {"task": task.id, "split": task.split, "task_type": task.metadata.get("task_type"), "role": "analyst"}
+        meta |= {
             "label": ref.dominant_type,
-            "critical_step": None if ref.critical_step is None else ref.critical_step + 1,
+            "critical_step": None if step is None else step + 1,
             "seed": trajectory.seed,
         }
         answer = {"role": "assistant", "content": target, "loss": True}
@@ -252,8 +253,11 @@ def analyst_competence(
 ) -> Competence:
     """:func:`competence` of ``engine``'s analyses of held-out analyst ``examples`` (their
     prompts as encoded for training, their ``meta`` label and step), generated as the AIW
-    generates them at ``temperature`` (0: greedy)."""
+    generates them at ``temperature`` (0: greedy); examples written with another answer
+    prefix (``aiw.analysis_order``, ``aiw.answer_prefix``) than ``aiw``'s are refused."""
     prefix = analyst_prefix(aiw)
+    if other := {e.response_prefix for e in examples} - {prefix}:
+        raise ValueError(f"examples start their answers with {sorted(other)}, the config with {prefix!r}: set aiw.*")
     sampling = SamplingParams(aiw.analysis_max_new_tokens, temperature, top_p=1.0, stop=analyst_stop(aiw))
     answers, truncated = [], []
     for start in range(0, len(examples), batch_size):

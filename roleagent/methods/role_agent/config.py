@@ -66,9 +66,14 @@ class AIWConfig:
         "the failure, so all prompts of an iteration share one prefix, prefilled once with "
         "rollout.prefix_cache_tokens > 0) | paper (the failure first, as in Figure 8)",
     )
+    analysis_order: str = setting(
+        "type_first",
+        "order of the reflection's fields: type_first (Figure 8: DOMINANT_TYPE, DETAIL, CRITICAL_STEP, ...) | "
+        "evidence_first (CRITICAL_STEP and DETAIL before DOMINANT_TYPE: the step is named before the type)",
+    )
     answer_prefix: bool = setting(
         True,
-        "the policy analyst's answer starts with '<reflection>' and 'DOMINANT_TYPE:', the retriever's "
+        "the policy analyst's answer starts with '<reflection>' and its first field's key, the retriever's "
         "with '<selected_tasks>' and 'INDEX/TASK/REFLECTIONS:', written for them (prefilled; false: "
         "the model writes the whole answer, as in the paper)",
     )

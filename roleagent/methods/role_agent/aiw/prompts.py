@@ -24,6 +24,8 @@ Deviations from the paper's templates, on purpose:
   engine's prompt limit (``fits``), that budget shrinks until the whole prompt fits: an
   engine keeps a long prompt's last tokens, which would cut the system message and
   Figure 8's instructions, the taxonomy among them, from the front.
+* Order ``evidence_first`` (``aiw.analysis_order``; Figure 8's is ``type_first``) asks for
+  the critical step and the detail before the type.
 * Layout ``shared_first`` (the default, ``aiw.analyst_prompt``) puts Figure 8's
   instructions before the failure instead of after it, so that every prompt of an
   iteration starts with the same tokens; ``paper`` keeps the figure's order.
@@ -70,12 +72,25 @@ State a concise, generalizable lesson (1-2 sentences) that would help an agent a
 ## Output Format
 Wrap your entire analysis in <reflection> tags using this exact structure:
 <reflection>
-DOMINANT_TYPE: [category from Step 1]
-DETAIL: [1-2 sentences explaining why this root cause applies]
-CRITICAL_STEP: [step number and brief description of what went wrong]
-CORE_LESSON: [the generalizable rule an agent should follow]
-RETRIEVAL_QUERY: [the query for the retrieval stage]
+{fields}
 </reflection>"""
+
+#: Figure 8's output fields, each with its placeholder.
+ANALYSIS_FIELDS = {
+    "DOMINANT_TYPE": "[category from Step 1]",
+    "DETAIL": "[1-2 sentences explaining why this root cause applies]",
+    "CRITICAL_STEP": "[step number and brief description of what went wrong]",
+    "CORE_LESSON": "[the generalizable rule an agent should follow]",
+    "RETRIEVAL_QUERY": "[the query for the retrieval stage]",
+}
+#: Orders of those fields (``aiw.analysis_order``): ``type_first`` is Figure 8's;
+#: ``evidence_first`` asks for the critical step and the detail before the type, so that a
+#: small model names its evidence (a step of the trajectory, copied) before it decides,
+#: and the type follows from what it wrote.
+ANALYSIS_ORDERS = {
+    "type_first": ("DOMINANT_TYPE", "DETAIL", "CRITICAL_STEP", "CORE_LESSON", "RETRIEVAL_QUERY"),
+    "evidence_first": ("CRITICAL_STEP", "DETAIL", "DOMINANT_TYPE", "CORE_LESSON", "RETRIEVAL_QUERY"),
+}
 
 #: Prompt layouts of the analyst (``aiw.analyst_prompt``). ``shared_first`` puts the
 #: instructions, identical for every failure of an environment, before the failure, so the
@@ -87,8 +102,10 @@ ANALYSIS_LAYOUTS = ("shared_first", "paper")
 MIN_TRAJECTORY_CHARS = 400
 
 #: Where the policy analyst's answer starts (prefilled, not generated, when
-#: ``aiw.answer_prefix`` is on) and where it ends (a stop string at the closing tag).
-ANALYSIS_ANSWER_PREFIX = "<reflection>\nDOMINANT_TYPE:"
+#: ``aiw.answer_prefix`` is on: the block's first field, per order) and where it ends (a
+#: stop string at the closing tag).
+ANALYSIS_ANSWER_PREFIXES = {order: f"<reflection>\n{fields[0]}:" for order, fields in ANALYSIS_ORDERS.items()}
+ANALYSIS_ANSWER_PREFIX = ANALYSIS_ANSWER_PREFIXES["type_first"]
 ANALYSIS_STOP = ("</reflection>",)
 #: Once the answer was started inside the block, a new ``<reflection>``, a markdown heading
 #: (a small model echoing Figure 8's sections) or a blank line (Figure 8's block has none:
@@ -223,9 +240,11 @@ def analysis_messages(
     obs_chars: int = 400,
     layout: str = "paper",
     fits: Callable[[Messages], bool] | None = None,
+    order: str = "type_first",
 ) -> Messages:
     """Figure 8 as chat messages for one failed trajectory; ``layout`` is one of
-    :data:`ANALYSIS_LAYOUTS` (the same text in another order).
+    :data:`ANALYSIS_LAYOUTS` (the same text in another order), ``order`` one of
+    :data:`ANALYSIS_ORDERS` (the output fields' order the instructions ask for).
 
     ``fits`` (e.g. :func:`roleagent.engine.chat.prompt_fits`) says whether a prompt is
     within the engine's limit; while it is not, the trajectory is rendered again with a
@@ -236,10 +255,13 @@ def analysis_messages(
     characters (one or two middle steps left out) they fit."""
     if layout not in ANALYSIS_LAYOUTS:
         raise ValueError(f"analysis prompt layout must be one of {ANALYSIS_LAYOUTS}, got {layout!r}")
+    if order not in ANALYSIS_ORDERS:
+        raise ValueError(f"analysis field order must be one of {tuple(ANALYSIS_ORDERS)}, got {order!r}")
+    fields = "\n".join(f"{key}: {ANALYSIS_FIELDS[key]}" for key in ANALYSIS_ORDERS[order])
     labels = ", ".join(taxonomy) if taxonomy else "a short snake_case label of your choice"
     if taxonomy and "other" not in taxonomy:
         labels += " (or other)"
-    instructions = ANALYSIS_INSTRUCTIONS.format(taxonomy=labels)
+    instructions = ANALYSIS_INSTRUCTIONS.format(taxonomy=labels, fields=fields)
     while True:
         text = render_trajectory(trajectory, budget_chars, obs_chars)
         case = ANALYSIS_CASE.format(task_description=task_instruction(trajectory), trajectory_description=text)

@@ -13,6 +13,7 @@ import numpy as np
 from roleagent.engine.chat import PromptFits
 from roleagent.methods.role_agent.aiw.prompts import (
     ANALYSIS_ANSWER_PREFIX,
+    ANALYSIS_ANSWER_PREFIXES,
     ANALYSIS_STOP,
     ANALYSIS_STOP_AFTER_PREFIX,
     RETRIEVAL_ANSWER_PREFIX,
@@ -49,8 +50,9 @@ def _ask(generate: Generate, prompts: list[Messages]) -> list[str]:
 
 
 def analyst_prefix(cfg: AIWConfig) -> str:
-    """Where the policy analyst's answer starts (prefilled with ``aiw.answer_prefix``)."""
-    return ANALYSIS_ANSWER_PREFIX if cfg.answer_prefix else ""
+    """Where the policy analyst's answer starts (prefilled with ``aiw.answer_prefix``: the
+    first field of ``aiw.analysis_order``)."""
+    return ANALYSIS_ANSWER_PREFIXES[cfg.analysis_order] if cfg.answer_prefix else ""
 
 
 def analyst_stop(cfg: AIWConfig) -> tuple[str, ...]:
@@ -74,10 +76,10 @@ def retriever_stop(cfg: AIWConfig) -> tuple[str, ...]:
 
 
 def parse_answer(answer: str, taxonomy: Sequence[str], cfg: AIWConfig) -> Reflection | None:
-    """``parse_reflection``, except that an answer we started (``aiw.answer_prefix``) whose
-    type maps to no label counts as unparsable: the ``DOMINANT_TYPE:`` key is ours, not the
-    model's, so it is no evidence of a type, and the rule diagnosis takes over as it does
-    for an answer without the key."""
+    """``parse_reflection``, except that an answer we started at ``DOMINANT_TYPE:``
+    (``aiw.answer_prefix`` with ``aiw.analysis_order: type_first``) whose type maps to no
+    label counts as unparsable: that key is ours, not the model's, so it is no evidence of
+    a type, and the rule diagnosis takes over as it does for an answer without the key."""
     ref = parse_reflection(answer, taxonomy, source=cfg.analyst)
     if ref is not None and ref.type_status == "other" and cfg.answer_prefix:
         if answer.startswith(ANALYSIS_ANSWER_PREFIX):
@@ -110,7 +112,9 @@ def analyse(
         raws = _ask(
             generate,
             [
-                analysis_messages(t, taxonomy, cfg.analysis_chars, cfg.observation_chars, cfg.analyst_prompt, fit)
+                analysis_messages(
+                    t, taxonomy, cfg.analysis_chars, cfg.observation_chars, cfg.analyst_prompt, fit, cfg.analysis_order
+                )
                 for t in trajs
             ],
         )
