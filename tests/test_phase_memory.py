@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from roleagent.models import loading
 from roleagent.trainer import memory as mem
 from roleagent.trainer.memory import PhaseMemory, resident_mb
 
@@ -109,11 +110,11 @@ def test_a_fixed_mmap_threshold_gives_freed_activations_back_at_once(kib):
 
 
 def test_the_onednn_cache_cap_goes_to_the_environment_unless_it_is_set(monkeypatch):
-    """oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY when it builds its first primitive; a run
-    writes its cap there before its model runs, never over a value the user set."""
+    """oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY when it builds its first primitive; every
+    model load writes the cap there before the model runs, never over a value the user set."""
     name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
     monkeypatch.delenv(name, raising=False)
-    mem.configure_allocators(0)
-    assert os.environ[name] == str(mem.ONEDNN_CACHE) == "64"
+    loading.load_policy("tiny", device="cpu")
+    assert os.environ[name] == str(loading.ONEDNN_CACHE) == "64"
     monkeypatch.setenv(name, "1024")
-    assert not mem.limit_onednn_cache() and os.environ[name] == "1024"
+    assert not loading.limit_onednn_cache() and os.environ[name] == "1024"

@@ -21,7 +21,6 @@ def evaluate_baseline(
     from roleagent.engine import SamplingParams, create_engine
     from roleagent.envs.workers import make_pool
     from roleagent.models.loading import policy_from_config
-    from roleagent.trainer.memory import limit_onednn_cache
 
     if policy not in ("react", "reflexion"):
         raise ValueError(f"unknown prompting baseline {policy!r}: react | reflexion")
@@ -29,7 +28,6 @@ def evaluate_baseline(
         import torch
 
         torch.set_num_threads(cfg.threads)
-    limit_onednn_cache()
     model = policy_from_config(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=False)
     engine = create_engine(
         cfg.model.engine, model, max_batch=cfg.rollout.max_batch, max_prompt_tokens=cfg.rollout.max_prompt_tokens

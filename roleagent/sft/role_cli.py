@@ -10,17 +10,15 @@ from roleagent.fields import ConfigError
 
 
 def load_engine(cfg, *, lora: bool = False):
-    """``(policy, engine)`` for ``cfg`` (``model.init_from`` loaded, ``threads`` and the oneDNN cache cap applied);
+    """``(policy, engine)`` for ``cfg`` (``model.init_from`` loaded, ``threads`` applied);
     ``lora``: fresh adapters to train (then the engine must run weights here)."""
     import torch
 
     from roleagent.engine import create_engine, engine_settings
     from roleagent.models.loading import engine_policy
-    from roleagent.trainer.memory import limit_onednn_cache
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    limit_onednn_cache()
     policy = engine_policy(cfg.model, seed=cfg.seed, init_from=cfg.model.init_from, lora=lora)
     if lora and policy.model is None:
         raise ConfigError(f"model.engine={cfg.model.engine} runs no weights here: sft needs model.engine=hf")

@@ -59,7 +59,7 @@ from roleagent.trainer.checkpoint import (
 from roleagent.trainer.checks import prepare
 from roleagent.trainer.critic import NoCritic, build_critic
 from roleagent.trainer.evaluate import evaluate_panel
-from roleagent.trainer.memory import PhaseMemory, configure_allocators
+from roleagent.trainer.memory import PhaseMemory, set_mmap_threshold
 from roleagent.trainer.methods import MethodContext, build_methods, method_classes
 from roleagent.trainer.metrics import MetricsWriter, advantage_metrics, peak_rss_mb, reuse_metrics, rollout_metrics
 from roleagent.trainer.run_files import (
@@ -93,7 +93,7 @@ class Trainer:
         self.resume = resume
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
-        configure_allocators(cfg.mmap_threshold_kb)
+        set_mmap_threshold(cfg.mmap_threshold_kb)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)

@@ -41,7 +41,8 @@ one thread) held 3.77 GB at glibc's rising threshold and 2.48 GB at 1,024 KiB (2
 each mapping is zero-filled again); with activation checkpointing 1.82 → 0.80 GB
 (27.3 → 35.4 s) (``benchmarks/RESULTS.md``, "Memory").
 
-**oneDNN's primitive cache** (:func:`limit_onednn_cache`, at 64 unless the environment sets
+**oneDNN's primitive cache** (:func:`roleagent.models.loading.limit_onednn_cache`, applied by
+every model load, at 64 unless the environment sets
 ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``). On the CPU torch runs matrix products through oneDNN,
 which keeps each primitive it built (one per
 operation, shape and data type; bf16 ones with their own buffers) in a cache of 1,024 by
@@ -50,7 +51,7 @@ the cache fills with primitives that are never used again. The main job shortene
 (``benchmarks/bench_memory.py``, bf16) peaked at 3,827 MiB with the default and 3,019 MiB
 with 64 (wall 554 s and 555 s, the same SFT loss to every digit); with 0 its SFT ran 5.8×
 slower (primitives rebuilt at every call). oneDNN reads the capacity from the environment
-when it builds its first primitive, so every run sets it before its model runs.
+when it builds its first primitive, so the cap is set when a model is loaded.
 """
 
 from __future__ import annotations
@@ -63,14 +64,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = [
-    "PhaseMemory",
-    "configure_allocators",
-    "limit_onednn_cache",
-    "release_memory",
-    "resident_mb",
-    "set_mmap_threshold",
-]
+__all__ = ["PhaseMemory", "release_memory", "resident_mb", "set_mmap_threshold"]
 
 _STATM = "/proc/self/statm"
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 0.0
@@ -95,9 +89,6 @@ def _libc(name: str):
 
 _TRIM, _MALLOPT = _libc("malloc_trim"), _libc("mallopt")
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-_ONEDNN_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
-#: oneDNN primitives kept (module docstring); oneDNN's own default is 1,024
-ONEDNN_CACHE = 64
 
 
 def set_mmap_threshold(kib: int) -> bool:
@@ -106,23 +97,6 @@ def set_mmap_threshold(kib: int) -> bool:
     if not kib or _MALLOPT is None:
         return False
     return bool(_MALLOPT(_M_MMAP_THRESHOLD, int(kib) * 1024))
-
-
-def limit_onednn_cache(capacity: int = ONEDNN_CACHE) -> bool:
-    """Cap oneDNN's primitive cache at ``capacity`` primitives (module docstring) unless the
-    environment already sets ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` (``=1024`` restores oneDNN's
-    default). True when it was set. Takes effect only before the process's first primitive."""
-    if _ONEDNN_VARIABLE in os.environ:
-        return False
-    os.environ[_ONEDNN_VARIABLE] = str(capacity)
-    return True
-
-
-def configure_allocators(mmap_threshold_kb: int) -> None:
-    """A run's allocator settings, before its model runs: glibc's mmap threshold
-    (:func:`set_mmap_threshold`) and oneDNN's primitive cache (:func:`limit_onednn_cache`)."""
-    set_mmap_threshold(mmap_threshold_kb)
-    limit_onednn_cache()
 
 
 def release_memory() -> None:
