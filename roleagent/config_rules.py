@@ -166,7 +166,7 @@ FIELD_RULES: dict[str, Rule] = {
     "aiw.analysis_chars": count(1),
     "aiw.observation_chars": count(1),
     "aiw.analyst_prompt": one_of("shared_first", "paper"),
-    "aiw.analysis_order": one_of("type_first", "evidence_first"),
+    "aiw.analysis_order": one_of("type_first", "evidence_first", "action_first"),
     "aiw.analysis_max_new_tokens": count(1),
     "aiw.retrieval_max_new_tokens": count(1),
     "aiw.reflection_temperature": at_least(0),

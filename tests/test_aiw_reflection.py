@@ -77,12 +77,19 @@ def test_prompt_has_figure8_structure_and_taxonomy():
 
 
 def test_evidence_first_asks_for_the_step_and_the_detail_before_the_type():
-    paper, evidence = (analysis_messages(traj(), ALFWORLD, order=o)[1]["content"] for o in ANALYSIS_ORDERS)
-    block = evidence.split("<reflection>\n")[1].split("\n</reflection>")[0].splitlines()
-    assert [line.split(":")[0] for line in block] == list(ANALYSIS_ORDERS["evidence_first"])
-    assert block[0] == "CRITICAL_STEP: [step number and brief description of what went wrong]"
-    # the same prompt apart from the output format's order
+    paper, evidence, action = (analysis_messages(traj(), ALFWORLD, order=o)[1]["content"] for o in ANALYSIS_ORDERS)
+    for order, prompt in (("evidence_first", evidence), ("action_first", action)):
+        block = prompt.split("<reflection>\n")[1].split("\n</reflection>")[0].splitlines()
+        assert [line.split(":")[0] for line in block] == list(ANALYSIS_ORDERS[order])
+    # the same prompt apart from the output format's order (and, action first, the step's placeholder)
     assert sorted(paper.splitlines()) == sorted(evidence.splitlines()) and paper != evidence
+    differ = [(a, b) for a, b in zip(evidence.splitlines(), action.splitlines(), strict=True) if a != b]
+    assert differ == [
+        (
+            "CRITICAL_STEP: [step number and brief description of what went wrong]",
+            "CRITICAL_STEP: [the action quoted from the trajectory, then its step number]",
+        )
+    ]
     with pytest.raises(ValueError, match="field order"):
         analysis_messages(traj(), ALFWORLD, order="type_last")
     with pytest.raises(ConfigError, match="aiw.analysis_order"):
@@ -148,6 +155,17 @@ def test_parse_missing_fields_and_unclosed_tag():
     assert r.critical_step is None
     assert not r.parsed_ok
     assert set(r.missing) == {"CORE_LESSON", "RETRIEVAL_QUERY"}
+
+
+@pytest.mark.parametrize(
+    "value, step",
+    [("Step 3, agent went to cabinet 1", 3), ('"take apple 1 from fridge 2", step 5', 5), ("at STEP #7", 7), ("4", 4)],
+)
+def test_the_critical_step_is_the_number_after_step_else_the_first(value, step):
+    """An action quoted before its step (``aiw.analysis_order: action_first``) names its
+    objects' numbers first: "step" decides, and a bare number still counts."""
+    text = f"<reflection>\nDOMINANT_TYPE: navigation_loop\nCRITICAL_STEP: {value}\n</reflection>"
+    assert parse_reflection(text, ALFWORLD).critical_step == step
 
 
 def test_parse_skips_echoed_schema():

@@ -89,6 +89,7 @@ class AnsweringEngine:
         {"answer_prefix": False},
         {"stop_at_close": False, "analyst_prompt": "paper"},
         {"analysis_order": "evidence_first"},
+        {"analysis_order": "action_first"},
     ],
 )
 def test_examples_are_the_aiw_analysis_prompts_trained_on_the_rule_analysis(engine, failures, tmp_path, options):
@@ -98,11 +99,8 @@ def test_examples_are_the_aiw_analysis_prompts_trained_on_the_rule_analysis(engi
     examples = analyst_examples(trajectories, taxonomy, aiw, diagnose=pool.diagnose)
     assert len(examples) == len(trajectories) > 0
     prefix = analyst_prefix(aiw)
-    assert (
-        prefix
-        == {"type_first": ANALYSIS_ANSWER_PREFIX, "evidence_first": "<reflection>\nCRITICAL_STEP:"}[aiw.analysis_order]
-        * aiw.answer_prefix
-    )
+    first = ANALYSIS_ANSWER_PREFIX if aiw.analysis_order == "type_first" else "<reflection>\nCRITICAL_STEP:"
+    assert prefix == first * aiw.answer_prefix
     tok, answers, prompts = engine.tokenizer, {}, []
     for example in examples:
         check_example(example.to_json())  # a valid JSONL line of roleagent.sft.data
@@ -183,6 +181,10 @@ def test_every_target_parses_as_its_rule_reflection_in_one_block(label):
     assert lines == [target.splitlines()[i] for i in (0, 3, 2, 1, 4, 5, 6)]
     cfg = AIWConfig(analysis_order="evidence_first")
     assert parse_answer("\n".join(lines), FAILURE_TAXONOMY, cfg) == ref
+    # action first: the action quoted before its step number, which still parses as step 4
+    action = analysis_target(alfworld_failure(), diagnosis, FAILURE_TAXONOMY, "action_first").splitlines()
+    assert action == [lines[0], 'CRITICAL_STEP: "move apple 1 to countertop 1", step 4', *lines[2:]]
+    assert parse_answer("\n".join(action), FAILURE_TAXONOMY, AIWConfig(analysis_order="action_first")) == ref
 
 
 def test_step_numbers_and_per_game_cap():

@@ -13,7 +13,8 @@ gives the policy in ``AgentInWorldMethod.after_iteration``, token for token
 (``tests/test_sft_analyst.py``). The target is Fig. 8's block, one field per line (the
 AIW analyst stops at a blank line once its answer was started for it), built from
 ``rule_reflection(d)``, the reflection the AIW would file for τ, in ``aiw.analysis_order``
-(here Figure 8's; ``evidence_first``: CRITICAL_STEP, DETAIL, then DOMINANT_TYPE)::
+(here Figure 8's; ``evidence_first``: CRITICAL_STEP, DETAIL, then DOMINANT_TYPE;
+``action_first``: the same, with CRITICAL_STEP ``"a_c", step c + 1``)::
 
     <reflection>
     DOMINANT_TYPE: d.dominant_type
@@ -138,8 +139,8 @@ def analysis_target(
     step = ref.critical_step
     where = "unknown"
     if step is not None and 0 <= step < len(trajectory.steps):
-        act = trajectory.steps[step]
-        where = f'Step {step + 1}, "{_clip(act.action or act.action_text, 120)}"'
+        quoted = f'"{_clip(trajectory.steps[step].action or trajectory.steps[step].action_text, 120)}"'
+        where = f"{quoted}, step {step + 1}" if order == "action_first" else f"Step {step + 1}, {quoted}"
     detail = one_based(_clip(ref.detail, 300)) or ref.dominant_type.replace("_", " ")
     query = str(diagnosis.get("retrieval_query", diagnosis.get("query", "")) or "")
     values = {
@@ -367,8 +368,7 @@ def per_game(examples: Sequence[ChatExample], n: int) -> list[ChatExample]:
 
 
 def write_data(cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game_cap=0, fits=None) -> dict[str, int]:
-    """The ``data`` command (:data:`USAGE`; ``fits``: the engine's prompt limit); returns the
-    counts of what it wrote."""
+    """The ``data`` command (:data:`USAGE`; ``fits``: the engine's prompt limit): the counts written."""
     from pathlib import Path
 
     import numpy as np

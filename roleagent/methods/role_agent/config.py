@@ -69,7 +69,8 @@ class AIWConfig:
     analysis_order: str = setting(
         "type_first",
         "order of the reflection's fields: type_first (Figure 8: DOMINANT_TYPE, DETAIL, CRITICAL_STEP, ...) | "
-        "evidence_first (CRITICAL_STEP and DETAIL before DOMINANT_TYPE: the step is named before the type)",
+        "evidence_first (CRITICAL_STEP and DETAIL before DOMINANT_TYPE: the step is named before the type) | "
+        "action_first (evidence_first with the critical step's action quoted before its number)",
     )
     answer_prefix: bool = setting(
         True,

@@ -25,7 +25,8 @@ Deviations from the paper's templates, on purpose:
   engine keeps a long prompt's last tokens, which would cut the system message and
   Figure 8's instructions, the taxonomy among them, from the front.
 * Order ``evidence_first`` (``aiw.analysis_order``; Figure 8's is ``type_first``) asks for
-  the critical step and the detail before the type.
+  the critical step and the detail before the type; ``action_first`` too, with the critical
+  step as the action quoted, then its step number.
 * Layout ``shared_first`` (the default, ``aiw.analyst_prompt``) puts Figure 8's
   instructions before the failure instead of after it, so that every prompt of an
   iteration starts with the same tokens; ``paper`` keeps the figure's order.
@@ -86,11 +87,17 @@ ANALYSIS_FIELDS = {
 #: Orders of those fields (``aiw.analysis_order``): ``type_first`` is Figure 8's;
 #: ``evidence_first`` asks for the critical step and the detail before the type, so that a
 #: small model names its evidence (a step of the trajectory, copied) before it decides,
-#: and the type follows from what it wrote.
+#: and the type follows from what it wrote. ``action_first`` is ``evidence_first`` with the
+#: critical step written as its action, quoted, then its number (``"move bowl 1 to fridge
+#: 1", step 11``): the model copies the action, which it can, before the number, which it
+#: mostly guesses (:data:`ANALYSIS_PLACEHOLDERS`).
 ANALYSIS_ORDERS = {
     "type_first": ("DOMINANT_TYPE", "DETAIL", "CRITICAL_STEP", "CORE_LESSON", "RETRIEVAL_QUERY"),
     "evidence_first": ("CRITICAL_STEP", "DETAIL", "DOMINANT_TYPE", "CORE_LESSON", "RETRIEVAL_QUERY"),
+    "action_first": ("CRITICAL_STEP", "DETAIL", "DOMINANT_TYPE", "CORE_LESSON", "RETRIEVAL_QUERY"),
 }
+#: Placeholders an order writes instead of :data:`ANALYSIS_FIELDS`'.
+ANALYSIS_PLACEHOLDERS = {"action_first": {"CRITICAL_STEP": "[the action quoted from the trajectory, then its step number]"}}
 
 #: Prompt layouts of the analyst (``aiw.analyst_prompt``). ``shared_first`` puts the
 #: instructions, identical for every failure of an environment, before the failure, so the
@@ -257,7 +264,8 @@ def analysis_messages(
         raise ValueError(f"analysis prompt layout must be one of {ANALYSIS_LAYOUTS}, got {layout!r}")
     if order not in ANALYSIS_ORDERS:
         raise ValueError(f"analysis field order must be one of {tuple(ANALYSIS_ORDERS)}, got {order!r}")
-    fields = "\n".join(f"{key}: {ANALYSIS_FIELDS[key]}" for key in ANALYSIS_ORDERS[order])
+    placeholders = ANALYSIS_FIELDS | ANALYSIS_PLACEHOLDERS.get(order, {})
+    fields = "\n".join(f"{key}: {placeholders[key]}" for key in ANALYSIS_ORDERS[order])
     labels = ", ".join(taxonomy) if taxonomy else "a short snake_case label of your choice"
     if taxonomy and "other" not in taxonomy:
         labels += " (or other)"

@@ -217,10 +217,15 @@ def _reflection_block(text: str) -> str:
 
 
 def parse_step_number(value: str) -> int | None:
-    """First integer of a CRITICAL_STEP value (``"Step 3, agent ..."`` → 3); None when
-    there is none or it is absurdly long (see :func:`parse_small_int`)."""
-    m = re.search(r"\d+", value or "")
-    return parse_small_int(m.group()) if m else None
+    """The step number of a CRITICAL_STEP value: the integer after "step" (an action quoted
+    first names its objects' numbers first), else the first integer; None when there is none
+    or it is absurdly long (see :func:`parse_small_int`).
+
+    >>> parse_step_number('Step 3, went to cabinet 1'), parse_step_number('"take apple 1 from fridge 1", step 5')
+    (3, 5)
+    """
+    m = re.search(r"\bstep\s*#?\s*(\d+)", value or "", re.IGNORECASE) or re.search(r"(\d+)", value or "")
+    return parse_small_int(m.group(1)) if m else None
 
 
 def parse_reflection(text: str, taxonomy: Sequence[str], source: str = "llm") -> Reflection | None:
