@@ -1,0 +1,72 @@
+"""Peak RSS of a rollout-like generation, one configuration per process (a process's peak
+never comes down; benchmarks/RESULTS.md, "Memory"): the policy loaded as a run loads it
+(``load_policy``, LoRA rank 16, ``--init-from`` a checkpoint such as the main job's
+``sft/final``), an ``HFEngine`` with the main recipe's prefix store, and 12 turns of 16
+ALFWorld-style rows (``bench_engine.alfworld_prompt``, observations growing by ~20 tokens
+a turn, ~300 → ~550 prompt tokens): each turn one generation constrained to the row's 13
+commands at T = 0.9, then one free 40-token generation continuing the prompt (World-In-
+Agent's prediction), as a main-job rollout turn does. One torch thread.
+
+    python benchmarks/probe_rollout_memory.py --dtype fast --init-from RUN/sft/final
+    python benchmarks/probe_rollout_memory.py --dtype fast --mmap-threshold-kb 8192 --init-from RUN/sft/final
+
+Prints one JSON line: the settings, RSS after loading, the peak (sampled every 20 ms, and
+``ru_maxrss``), RSS at the end (no ``malloc_trim``) and the seconds of the 12 turns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import threading
+import time
+
+import torch
+from bench_engine import alfworld_prompt
+
+from roleagent.engine import create_engine
+from roleagent.engine.base import SamplingParams
+from roleagent.models.loading import load_policy
+from roleagent.trainer.memory import resident_mb, set_mmap_threshold
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtype", default="fast")
+    parser.add_argument("--prefix-tokens", type=int, default=8192)
+    parser.add_argument("--mmap-threshold-kb", type=int, default=0)
+    parser.add_argument("--init-from", default="")
+    args = parser.parse_args(argv)
+    if args.mmap_threshold_kb:
+        set_mmap_threshold(args.mmap_threshold_kb)
+    torch.set_num_threads(1)
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], resident_mb() or 0.0)
+
+    threading.Thread(target=sample, daemon=True).start()
+    policy = load_policy("embedded", dtype=args.dtype, lora_rank=16, init_from=args.init_from)
+    engine = create_engine("hf", policy, max_batch=32, max_prompt_tokens=2048, prefix_cache_tokens=args.prefix_tokens)
+    loaded, started = resident_mb(), time.perf_counter()
+    encode = engine.tokenizer.encode
+    for turn in range(12):
+        prompts, allowed = [], []
+        for i in range(16):
+            messages, commands = alfworld_prompt(i + turn)
+            messages[-1]["content"] += " You see nothing." * (5 * turn + i % 4)
+            prompts.append(engine.encode_chat(messages))
+            allowed.append([encode(c, add_special_tokens=False) for c in commands])
+        engine.generate(prompts, SamplingParams(16, 0.9), allowed=allowed)
+        engine.generate([p + encode(" Next:", add_special_tokens=False) for p in prompts], SamplingParams(40, 0.9))
+    seconds = time.perf_counter() - started
+    done.set()
+    out = {"dtype": args.dtype, "prefix_tokens": args.prefix_tokens, "mmap_threshold_kb": args.mmap_threshold_kb}
+    out |= {"loaded_mb": round(loaded), "peak_mb": round(max(peak[0], resident_mb() or 0.0))}
+    out |= {"maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    print(json.dumps(out | {"end_mb": round(resident_mb()), "seconds": round(seconds, 1)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
