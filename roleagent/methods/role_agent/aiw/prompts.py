@@ -97,7 +97,9 @@ ANALYSIS_ORDERS = {
     "action_first": ("CRITICAL_STEP", "DETAIL", "DOMINANT_TYPE", "CORE_LESSON", "RETRIEVAL_QUERY"),
 }
 #: Placeholders an order writes instead of :data:`ANALYSIS_FIELDS`'.
-ANALYSIS_PLACEHOLDERS = {"action_first": {"CRITICAL_STEP": "[the action quoted from the trajectory, then its step number]"}}
+ANALYSIS_PLACEHOLDERS = {
+    "action_first": {"CRITICAL_STEP": "[the action quoted from the trajectory, then its step number]"}
+}
 
 #: Prompt layouts of the analyst (``aiw.analyst_prompt``). ``shared_first`` puts the
 #: instructions, identical for every failure of an environment, before the failure, so the
