@@ -10,15 +10,15 @@ Agent's prediction), as a main-job rollout turn does. One torch thread.
     python benchmarks/probe_rollout_memory.py --dtype fast --init-from RUN/sft/final
     python benchmarks/probe_rollout_memory.py --dtype fast --mmap-threshold-kb 8192 --init-from RUN/sft/final
 
-Prints one JSON line: the settings, RSS after loading, the peak (sampled every 20 ms, and
-``ru_maxrss``), RSS at the end (no ``malloc_trim``) and the seconds of the 12 turns."""
+Prints one JSON line: the settings, RSS after loading, the peak (``PhaseMemory`` sampling
+every 20 ms, and ``ru_maxrss``), RSS at the end (no ``malloc_trim``) and the seconds of the
+12 turns."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import resource
-import threading
 import time
 
 import torch
@@ -27,7 +27,7 @@ from bench_engine import alfworld_prompt
 from roleagent.engine import create_engine
 from roleagent.engine.base import SamplingParams
 from roleagent.models.loading import load_policy
-from roleagent.trainer.memory import resident_mb, set_mmap_threshold
+from roleagent.trainer.memory import PhaseMemory, resident_mb, set_mmap_threshold
 
 
 def main(argv=None) -> None:
@@ -40,17 +40,27 @@ def main(argv=None) -> None:
     if args.mmap_threshold_kb:
         set_mmap_threshold(args.mmap_threshold_kb)
     torch.set_num_threads(1)
-    peak, done = [0.0], threading.Event()
+    memory = PhaseMemory(0.02, release=False)
+    with memory.phase("load"):
+        policy = load_policy("embedded", dtype=args.dtype, lora_rank=16, init_from=args.init_from)
+        engine = create_engine(
+            "hf", policy, max_batch=32, max_prompt_tokens=2048, prefix_cache_tokens=args.prefix_tokens
+        )
+    with memory.phase("turns"):
+        seconds = play(engine)
+    m = memory.metrics()
+    out = {"dtype": args.dtype, "prefix_tokens": args.prefix_tokens, "mmap_threshold_kb": args.mmap_threshold_kb}
+    out |= {
+        "loaded_mb": round(m["memory/turns_start_mb"]),
+        "peak_mb": round(max(m["memory/load_peak_mb"], m["memory/turns_peak_mb"])),
+    }
+    out |= {"maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    print(json.dumps(out | {"end_mb": round(resident_mb()), "seconds": round(seconds, 1)}), flush=True)
 
-    def sample() -> None:
-        while not done.wait(0.02):
-            peak[0] = max(peak[0], resident_mb() or 0.0)
 
-    threading.Thread(target=sample, daemon=True).start()
-    policy = load_policy("embedded", dtype=args.dtype, lora_rank=16, init_from=args.init_from)
-    engine = create_engine("hf", policy, max_batch=32, max_prompt_tokens=2048, prefix_cache_tokens=args.prefix_tokens)
-    loaded, started = resident_mb(), time.perf_counter()
-    encode = engine.tokenizer.encode
+def play(engine) -> float:
+    """The 12 turns (module docstring); their seconds."""
+    started, encode = time.perf_counter(), engine.tokenizer.encode
     for turn in range(12):
         prompts, allowed = [], []
         for i in range(16):
@@ -60,12 +70,7 @@ def main(argv=None) -> None:
             allowed.append([encode(c, add_special_tokens=False) for c in commands])
         engine.generate(prompts, SamplingParams(16, 0.9), allowed=allowed)
         engine.generate([p + encode(" Next:", add_special_tokens=False) for p in prompts], SamplingParams(40, 0.9))
-    seconds = time.perf_counter() - started
-    done.set()
-    out = {"dtype": args.dtype, "prefix_tokens": args.prefix_tokens, "mmap_threshold_kb": args.mmap_threshold_kb}
-    out |= {"loaded_mb": round(loaded), "peak_mb": round(max(peak[0], resident_mb() or 0.0))}
-    out |= {"maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-    print(json.dumps(out | {"end_mb": round(resident_mb()), "seconds": round(seconds, 1)}), flush=True)
+    return time.perf_counter() - started
 
 
 if __name__ == "__main__":
