@@ -157,6 +157,8 @@ FIELD_RULES: dict[str, Rule] = {
     "aiw.candidates": count(1),
     "aiw.prefilter": one_of("hybrid", "bm25", "type"),
     "aiw.top_k": count(1),
+    "aiw.retrieve_unit": one_of("tasks", "modes"),
+    "aiw.mode_tasks": count(1),
     "aiw.boost": at_least(0),
     "aiw.self_boost": at_least(0),
     "aiw.decay": within(0, 1),

@@ -75,6 +75,24 @@ def new_aiw(tmp_path, **kw) -> AgentInWorld:
     return AgentInWorld(AIWConfig(**{"enabled": True, **kw}), TRAIN, tmp_path, TAXONOMY)
 
 
+@pytest.mark.parametrize(
+    "unit, boosted", [("tasks", ["toy/train/06"]), ("modes", ["toy/train/00", "toy/train/03", "toy/train/06"])]
+)
+def test_a_picked_mode_boosts_every_task_filed_under_it(tmp_path, unit, boosted):
+    """retrieve_unit modes (the paper's library of unique failure modes): the retriever is
+    offered modes, and the one it picks reaches all its tasks, not only the top-k."""
+    llm = ScriptedLLM(selection="INDEX 1 REASON: same mode")
+    aiw = new_aiw(tmp_path, retrieve_unit=unit, top_k=1, decay=1.0)
+    aiw.process_failures([make_traj(t) for t in TRAIN[:9]], iteration=0, generate=llm)
+    before = aiw.sampler.weights.copy()
+    m = aiw.process_failures([make_traj("toy/train/09")], iteration=1, generate=llm)  # kind 0, as 0, 3 and 6
+    prompt = llm.calls[-1][0][1]["content"]
+    assert ("failure mode missing_precondition (3 tasks)" in prompt) == (unit == "modes")
+    raised = [TRAIN[i] for i in np.flatnonzero(aiw.sampler.weights > before)]
+    assert raised == boosted and m["n_retrieved"] == len(boosted)
+    assert sorted(r["task_id"] for r in aiw.memory.retrievals(1)) == boosted  # each recorded in the memory
+
+
 def test_end_to_end_policy_roles(tmp_path):
     llm = ScriptedLLM()
     aiw = new_aiw(tmp_path, decay=0.5, boost=1.0)

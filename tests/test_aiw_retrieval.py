@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from roleagent.methods.role_agent.aiw.bm25 import tokenize
 from roleagent.methods.role_agent.aiw.memory import FailureMemory
 from roleagent.methods.role_agent.aiw.reflection import Reflection
 from roleagent.methods.role_agent.aiw.retrieval import (
@@ -12,7 +13,6 @@ from roleagent.methods.role_agent.aiw.retrieval import (
     Retriever,
     embedding_available,
     parse_selection,
-    tokenize,
 )
 
 
@@ -128,6 +128,31 @@ def test_select_llm_and_fallback(memory):
     assert not ok and chosen == cands[:2]
     chosen, ok = r.select(cands, None)  # retrieval-only
     assert ok and chosen == cands[:2]
+
+
+def test_modes_offer_each_failure_mode_once_and_a_pick_retrieves_all_its_tasks(memory):
+    r = Retriever(memory, "policy", top_k=1, unit="modes")
+    query = ref("missing_precondition", "clean object before placing")
+    modes = r.candidates(query, exclude_task="t/train/1")
+    # hybrid: the failure's own mode first; the other mode is offered because t/train/4 matches "clean"
+    assert [m.dominant_type for m in modes] == ["missing_precondition", "wrong_target_location"]
+    assert [m.same_type for m in modes] == [True, False]
+    # a mode's members are all its tasks, the query's own task left out, best-matching first
+    assert [c.task_id for c in modes[0].members] == ["t/train/2", "t/train/5"]
+    assert [c.task_id for c in modes[1].members] == ["t/train/4", "t/train/3"]  # t/train/3 shares no term
+    text = r.messages(query, modes)[1]["content"]
+    assert '[1] "TASK": "failure mode missing_precondition (2 tasks), e.g. task text t/train/2"' in text
+    assert '[2] "TASK": "failure mode wrong_target_location (2 tasks)' in text
+    chosen, ok = r.select(modes, "INDEX 2")
+    assert ok and [c.task_id for c in chosen] == ["t/train/4", "t/train/3"]
+    chosen, ok = r.select(modes, "no index here")  # fallback: the pre-filter's top mode, whole
+    assert not ok and [c.task_id for c in chosen] == ["t/train/2", "t/train/5"]
+    # bounds: modes per list, tasks per mode
+    small = Retriever(memory, "bm25", top_k=1, unit="modes", max_candidates=1, mode_tasks=1)
+    (only,) = small.candidates(query, exclude_task=None)
+    assert only.dominant_type == "missing_precondition" and len(only.members) == 1
+    with pytest.raises(ValueError, match="retrieval unit"):
+        Retriever(memory, "bm25", unit="mode")
 
 
 def test_sync_is_incremental_and_reset(memory):

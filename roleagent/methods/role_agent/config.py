@@ -42,11 +42,21 @@ class AIWConfig:
         "who picks tasks sharing a failure: policy | llm (paper Figure 9 over the candidate "
         "list) | bm25 (top-k of the pre-filter, no LLM) | embedding (MiniLM cosine top-k)",
     )
-    candidates: int = setting(20, "bound on the candidate list shown to the retriever (one entry per task)")
+    candidates: int = setting(20, "bound on the candidate list shown to the retriever (one entry per task or mode)")
     prefilter: str = setting(
         "hybrid", "candidate pre-filter: hybrid (same failure type first, then any BM25 match) | bm25 | type"
     )
-    top_k: int = setting(3, "at most this many tasks retrieved per failure (the paper's case studies show 3)")
+    top_k: int = setting(
+        3,
+        "at most this many tasks (modes, with retrieve_unit: modes) retrieved per failure (the paper's case "
+        "studies show 3 tasks)",
+    )
+    retrieve_unit: str = setting(
+        "tasks",
+        "what the retriever is offered and picks: tasks (one entry per task) | modes (the paper's library of "
+        "unique failure modes, §3.3: one entry per mode, and a picked mode retrieves every task filed under it)",
+    )
+    mode_tasks: int = setting(64, "retrieve_unit modes: at most this many tasks of a picked mode, best-matching first")
     boost: float = setting(
         1.0, "weight added to a retrieved task (uniform = 1: one more copy of it in the training set)"
     )

@@ -127,6 +127,8 @@ class AgentInWorld:
                 max_candidates=cfg.candidates,
                 top_k=cfg.top_k,
                 prefilter=cfg.prefilter,
+                unit=cfg.retrieve_unit,
+                mode_tasks=cfg.mode_tasks,
                 k1=cfg.bm25_k1,
                 b=cfg.bm25_b,
                 embedder=self._embedder,

@@ -19,6 +19,17 @@ library reaches 3,931 failures, Fig. 4), so the candidate list is bounded first
    fallback), or retrieval only (``"bm25"`` / ``"embedding"``: top-k of the pre-filter,
    for models too small to follow Figure 9).
 
+What is offered and retrieved is a task (``unit="tasks"``: one entry per task, ``top_k``
+of them picked) or, as the paper organises its library, a failure mode (``unit="modes"``:
+"we organize tasks under unique failure modes rather than referring to every failed
+trajectory ... we reintegrate these retrieved tasks into the training set"). A mode is a
+taxonomy label (:mod:`~roleagent.methods.role_agent.aiw.memory`); the list shows each
+mode once, in the place of its best-ranked failure, with its size and that failure, and
+picking a mode retrieves every task filed under it (at most ``mode_tasks``, best-matching
+first). Worked example: with 40 tasks filed under ``missing_precondition``, a failure of
+that type retrieves 3 tasks in ``unit="tasks"`` and all 40 in ``unit="modes"`` with
+``top_k=1``, so one iteration's boosts reach ~13× as many tasks.
+
 The query's own task is excluded: it trivially matches itself, and the paper's point is
 to reach *other* tasks with the same weakness ("AIW retrieves by the underlying error
 pattern, which can connect surface-different tasks").
@@ -27,94 +38,20 @@ pattern, which can connect surface-different tasks").
 from __future__ import annotations
 
 import importlib.util
-import math
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from roleagent.methods.role_agent.aiw.bm25 import BM25Index
 from roleagent.methods.role_agent.aiw.memory import FailureMemory, FailureRecord
 from roleagent.methods.role_agent.aiw.prompts import Messages, retrieval_messages
 from roleagent.methods.role_agent.aiw.reflection import Reflection, parse_small_int
 
 RETRIEVERS = ("policy", "llm", "bm25", "embedding")
 PREFILTERS = ("hybrid", "bm25", "type")
-
-_STOP = frozenset(
-    """a an the and or but if then else of to in on at by for with from as is
-are was were be been being it its this that these those there here not no do does did
-done have has had i you he she we they them his her their our your my me so than too very
-can could should would will shall may might must into onto out up down over under again
-agent task step steps action actions which what when where who whom why how all any each
-other some such only own same just also before after about""".split()
-)
-_TOKEN_RE = re.compile(r"[a-z][a-z0-9]+")
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercase word tokens, stop words and 1-letter/number-only tokens dropped, plural
-    ``-s`` stripped (``receptacles`` → ``receptacle``); underscores split labels."""
-    out = []
-    for tok in _TOKEN_RE.findall(text.lower().replace("_", " ")):
-        if tok in _STOP:
-            continue
-        if len(tok) > 3 and tok.endswith("ies"):
-            tok = tok[:-3] + "y"
-        elif len(tok) > 3 and tok.endswith("s") and not tok.endswith("ss"):
-            tok = tok[:-1]
-        out.append(tok)
-    return out
-
-
-class BM25Index:
-    """Incremental Okapi BM25 (numpy). ``idf = ln(1 + (N − df + 0.5)/(df + 0.5))``
-    (non-negative, Lucene's form), ``k1 = 1.5``, ``b = 0.75`` by default."""
-
-    def __init__(self, k1: float = 1.5, b: float = 0.75):
-        self.k1, self.b = float(k1), float(b)
-        self._postings: dict[str, tuple[list[int], list[int]]] = {}
-        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._lengths: list[int] = []
-        self._len_arr = np.zeros(0)
-
-    def __len__(self) -> int:
-        return len(self._lengths)
-
-    def add(self, text: str) -> int:
-        """Index a document; returns its position."""
-        doc = len(self._lengths)
-        counts = Counter(tokenize(text))
-        for term, tf in counts.items():
-            docs, tfs = self._postings.setdefault(term, ([], []))
-            docs.append(doc)
-            tfs.append(tf)
-            self._arrays.pop(term, None)
-        self._lengths.append(sum(counts.values()))
-        return doc
-
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document for ``query`` (shape ``(len(self),)``)."""
-        n = len(self._lengths)
-        out = np.zeros(n)
-        if n == 0:
-            return out
-        if len(self._len_arr) != n:
-            self._len_arr = np.asarray(self._lengths, dtype=float)
-        avgdl = max(float(self._len_arr.mean()), 1e-9)
-        norm = self.k1 * (1.0 - self.b + self.b * self._len_arr / avgdl)
-        for term, qtf in Counter(tokenize(query)).items():
-            if term not in self._postings:
-                continue
-            if term not in self._arrays:
-                docs, tfs = self._postings[term]
-                self._arrays[term] = (np.asarray(docs, dtype=np.int64), np.asarray(tfs, dtype=float))
-            docs_a, tfs_a = self._arrays[term]
-            idf = math.log(1.0 + (n - len(docs_a) + 0.5) / (len(docs_a) + 0.5))
-            out[docs_a] += qtf * idf * tfs_a * (self.k1 + 1.0) / (tfs_a + norm[docs_a])
-        return out
-
+UNITS = ("tasks", "modes")
 
 # ------------------------------------------------------------- embeddings ----------
 
@@ -228,6 +165,30 @@ class Candidate:
     record: FailureRecord
 
 
+@dataclass(frozen=True)
+class ModeCandidate:
+    """One failure mode offered to the selector (``unit="modes"``): picking it retrieves
+    its ``members``, one per task filed under it (best-matching first, the query's own
+    task left out, at most ``mode_tasks``)."""
+
+    dominant_type: str
+    score: float  # that of its best-matching failure
+    same_type: bool
+    members: tuple[Candidate, ...]
+
+
+def _entry(c: Candidate | ModeCandidate) -> tuple[str, str]:
+    """(TASK text, REFLECTION text) of one Figure-9 entry; a mode shows its label, its
+    size and its best-matching failure."""
+    if isinstance(c, Candidate):
+        return c.record.task_text or c.task_id, c.record.reflection().summary()
+    first = c.members[0]
+    return (
+        f"failure mode {c.dominant_type} ({len(c.members)} tasks), e.g. {first.record.task_text or first.task_id}",
+        first.record.reflection().summary(),
+    )
+
+
 class Retriever:
     """Bounded candidate lists over a :class:`FailureMemory`, and selection from them.
 
@@ -244,6 +205,8 @@ class Retriever:
         max_candidates: int = 20,
         top_k: int = 3,
         prefilter: str = "hybrid",
+        unit: str = "tasks",
+        mode_tasks: int = 64,
         k1: float = 1.5,
         b: float = 0.75,
         embedder: Callable[[Sequence[str]], np.ndarray] | None = None,
@@ -252,10 +215,13 @@ class Retriever:
             raise ValueError(f"retriever mode {mode!r}: expected one of {RETRIEVERS}")
         if prefilter not in PREFILTERS:
             raise ValueError(f"prefilter {prefilter!r}: expected one of {PREFILTERS}")
-        if max_candidates < 1 or top_k < 1:
-            raise ValueError("max_candidates and top_k must be >= 1")
+        if unit not in UNITS:
+            raise ValueError(f"retrieval unit {unit!r}: expected one of {UNITS}")
+        if max_candidates < 1 or top_k < 1 or mode_tasks < 1:
+            raise ValueError("max_candidates, top_k and mode_tasks must be >= 1")
         self.memory, self.mode = memory, mode
         self.max_candidates, self.top_k, self.prefilter = max_candidates, top_k, prefilter
+        self.unit, self.mode_tasks = unit, mode_tasks
         self.bm25 = BM25Index(k1, b)
         self.embedder = embedder
         if mode == "embedding" and embedder is None:
@@ -297,42 +263,59 @@ class Retriever:
             return self._emb @ q
         return self.bm25.scores(reflection.query_text())
 
-    def candidates(self, reflection: Reflection, exclude_task: str | None = None) -> list[Candidate]:
-        """At most ``max_candidates`` historical tasks (one entry each), best first."""
+    def _ranked(self, reflection: Reflection) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(similarity, same type, kept by the pre-filter, all failures in rank order)."""
         n = len(self._records)
-        if n == 0:
-            return []
         sim = self._similarity(reflection)
         same = np.fromiter((t == reflection.dominant_type for t in self._types), bool, n)
         ids = np.arange(n)
         # BM25 = 0 means no shared term; cosine similarities have no such cut-off.
         matches = np.ones(n, bool) if self.mode == "embedding" else sim > 0
         if self.prefilter == "bm25":
-            keep = matches
-            order = np.lexsort((-ids, -sim))  # best score first, ties: most recent
-        elif self.prefilter == "type":
-            keep = same
-            order = np.lexsort((-ids, -sim))
-        else:  # hybrid: same type first, then others that match the query at all
-            keep = same | matches
-            order = np.lexsort((-ids, -sim, ~same))
+            return sim, same, matches, np.lexsort((-ids, -sim))  # best score first, ties: most recent
+        if self.prefilter == "type":
+            return sim, same, same, np.lexsort((-ids, -sim))
+        # hybrid: same type first, then others that match the query at all
+        return sim, same, same | matches, np.lexsort((-ids, -sim, ~same))
+
+    def _tasks_of(self, order, sim, same, exclude_task: str | None, limit: int) -> list[Candidate]:
+        """One :class:`Candidate` per task, in ``order`` (failure indices), at most ``limit``."""
         out: list[Candidate] = []
         seen: set[str] = set()
         for i in order:
-            if not keep[i]:
-                continue
             task = self._tasks[i]
             if task == exclude_task or task in seen:
                 continue
             seen.add(task)
             rec = self._records[i]
             out.append(Candidate(task, rec.id, float(sim[i]), bool(same[i]), rec))
-            if len(out) >= self.max_candidates:
+            if len(out) >= limit:
                 break
         return out
 
-    def messages(self, reflection: Reflection, candidates: Sequence[Candidate]) -> Messages:
-        """The Figure-9 prompt for one new failure and its candidates."""
+    def candidates(
+        self, reflection: Reflection, exclude_task: str | None = None
+    ) -> list[Candidate] | list[ModeCandidate]:
+        """At most ``max_candidates`` historical tasks (one entry each), best first; with
+        ``unit="modes"`` at most ``max_candidates`` failure modes, each in the place of its
+        best-ranked failure kept by the pre-filter, with all its tasks as members."""
+        if not self._records:
+            return []
+        sim, same, keep, order = self._ranked(reflection)
+        if self.unit == "tasks":
+            return self._tasks_of(order[keep[order]], sim, same, exclude_task, self.max_candidates)
+        by_mode: dict[str, list[int]] = {}  # failure indices per mode, in rank order
+        for i in order:
+            by_mode.setdefault(self._types[i], []).append(i)
+        offered = list(dict.fromkeys(self._types[i] for i in order if keep[i]))[: self.max_candidates]
+        modes = []
+        for label in offered:
+            if members := self._tasks_of(by_mode[label], sim, same, exclude_task, self.mode_tasks):
+                modes.append(ModeCandidate(label, members[0].score, label == reflection.dominant_type, tuple(members)))
+        return modes
+
+    def messages(self, reflection: Reflection, candidates: Sequence[Candidate] | Sequence[ModeCandidate]) -> Messages:
+        """The Figure-9 prompt for one new failure and its candidates (tasks or modes)."""
         pattern = "\n".join(
             x
             for x in (
@@ -343,21 +326,22 @@ class Retriever:
             )
             if x
         )
-        entries = [(c.record.task_text or c.task_id, c.record.reflection().summary()) for c in candidates]
+        entries = [_entry(c) for c in candidates]
         return retrieval_messages(pattern, entries, max_select=self.top_k)
 
-    def select(self, candidates: Sequence[Candidate], answer: str | None) -> tuple[list[Candidate], bool]:
-        """Chosen candidates and whether the LLM's answer was usable.
+    def select(
+        self, candidates: Sequence[Candidate] | Sequence[ModeCandidate], answer: str | None
+    ) -> tuple[list[Candidate], bool]:
+        """Chosen tasks (the members of the chosen modes with ``unit="modes"``) and
+        whether the LLM's answer was usable.
 
         ``answer=None`` (retrieval-only modes) or an unusable answer → top-k of the
         pre-filter order; the flag is False only for an unusable LLM answer.
         """
-        if answer is None:
-            return list(candidates[: self.top_k]), True
-        idx = parse_selection(answer, len(candidates), limit=self.top_k)
-        if idx is None:
-            return list(candidates[: self.top_k]), False
-        return [candidates[i] for i in idx], True
+        idx = None if answer is None else parse_selection(answer, len(candidates), limit=self.top_k)
+        chosen = list(candidates[: self.top_k]) if idx is None else [candidates[i] for i in idx]
+        tasks = [m for c in chosen for m in c.members] if self.unit == "modes" else chosen
+        return tasks, answer is None or idx is not None
 
     @property
     def uses_llm(self) -> bool:
