@@ -5,15 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roleagent.methods.role_agent.aiw.bm25 import tokenize
+from roleagent.methods.role_agent.aiw.bm25 import BM25Index, tokenize
 from roleagent.methods.role_agent.aiw.memory import FailureMemory
 from roleagent.methods.role_agent.aiw.reflection import Reflection
-from roleagent.methods.role_agent.aiw.retrieval import (
-    BM25Index,
-    Retriever,
-    embedding_available,
-    parse_selection,
-)
+from roleagent.methods.role_agent.aiw.retrieval import Retriever, embedding_available, parse_selection
 
 
 def test_tokenize():
