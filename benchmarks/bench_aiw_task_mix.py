@@ -37,6 +37,14 @@ from roleagent.types import Trajectory
 ARMS = ("tasks:3", "modes:1")  # UNIT:TOP_K: the default task retrieval, and one mode per failure
 
 
+def arm(text: str) -> str:
+    """``UNIT:TOP_K`` checked (``--arm``)."""
+    unit, _, k = text.partition(":")
+    if unit not in ("tasks", "modes") or not k.isdecimal() or int(k) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected UNIT:TOP_K with UNIT tasks or modes and TOP_K >= 1")
+    return text
+
+
 def iterations(failures: Sequence[Trajectory], tasks_per_iter: int) -> list[list[Trajectory]]:
     """The failures grouped by game in first-seen order, ``tasks_per_iter`` games per iteration."""
     games: dict[str, list[Trajectory]] = {}
@@ -46,9 +54,9 @@ def iterations(failures: Sequence[Trajectory], tasks_per_iter: int) -> list[list
     return [[t for g in ids[i : i + tasks_per_iter] for t in games[g]] for i in range(0, len(ids), tasks_per_iter)]
 
 
-def replay(cfg, arm: str, train_ids, taxonomy, stream, diagnose, batch: int) -> list[dict[str, float]]:
+def replay(cfg, spec: str, train_ids, taxonomy, stream, diagnose, batch: int) -> list[dict[str, float]]:
     """One arm's (``UNIT:TOP_K``) per-iteration task-mix records over the failure stream."""
-    unit, top_k = arm.split(":")
+    unit, top_k = spec.split(":")
     aiw_cfg = replace(cfg.aiw, enabled=True, analyst="rule", retriever="bm25", retrieve_unit=unit, top_k=int(top_k))
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("config", help="a recipe with the aiw section, e.g. role_agent_aiw_alfworld")
     ap.add_argument("--rollouts", nargs="+", required=True, help="rollout JSONL files of training games")
     ap.add_argument("--tasks-per-iter", type=int, default=16, help="games per replayed iteration, and batch size")
-    ap.add_argument("--arm", action="append", metavar="UNIT:TOP_K", help=f"retrieve_unit and top_k (default {ARMS})")
+    ap.add_argument(
+        "--arm", action="append", type=arm, metavar="UNIT:TOP_K", help=f"retrieve_unit and top_k (default {ARMS})"
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     args = ap.parse_args(argv)
     arms = tuple(args.arm or ARMS)
@@ -99,9 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  f"{r['entropy']:.4f}" for r in (runs[u][it] for u in arms)]  # fmt: skip
         print(f"| {it} | {runs[arms[0]][it]['failures']:.0f} | " + " | ".join(cells) + " |")
     if stream and runs[arms[0]][-1]["mass"] > 0:
-        for arm in arms[1:]:
-            ratio = runs[arm][-1]["mass"] / runs[arms[0]][-1]["mass"]
-            print(f"boosted mass after {len(stream)} iterations, {arm} / {arms[0]} = {ratio:.2f}")
+        for other in arms[1:]:
+            ratio = runs[other][-1]["mass"] / runs[arms[0]][-1]["mass"]
+            print(f"boosted mass after {len(stream)} iterations, {other} / {arms[0]} = {ratio:.2f}")
     return 0
 
 

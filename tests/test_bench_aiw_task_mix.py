@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from roleagent.config import load_config
 from roleagent.types import Step, Task, Trajectory
 
@@ -27,6 +29,12 @@ def diagnose(trajectory: Trajectory) -> dict:
     i = int(trajectory.task.id.rsplit("/", 1)[1])
     kind = "missing_precondition" if i % 4 else "navigation_loop"
     return {"dominant_type": kind, "detail": f"{kind.replace('_', ' ')} at shelf {i}"}
+
+
+def test_a_malformed_arm_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        bench_aiw_task_mix.main(["role_agent_aiw_alfworld", "--rollouts", "x.jsonl", "--arm", "modes"])
+    assert "expected UNIT:TOP_K" in capsys.readouterr().err
 
 
 def test_iterations_group_episodes_by_game_in_first_seen_order():
