@@ -26,7 +26,7 @@ trajectory ... we reintegrate these retrieved tasks into the training set"). A m
 taxonomy label (:mod:`~roleagent.methods.role_agent.aiw.memory`); the list shows each
 mode once, in the place of its best-ranked failure, with its size and that failure, and
 picking a mode retrieves every task filed under it (at most ``mode_tasks``, best-matching
-first). Worked example: with 40 tasks filed under ``missing_precondition``, a failure of
+first). Worked example: with 40 other tasks filed under ``missing_precondition``, a failure of
 that type retrieves 3 tasks in ``unit="tasks"`` and all 40 in ``unit="modes"`` with
 ``top_k=1``, so one iteration's boosts reach ~13× as many tasks.
 
