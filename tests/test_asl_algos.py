@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 from run_helpers import checked_config
@@ -207,6 +208,77 @@ def test_grm_evidence_sits_in_the_prompt_and_is_searched_once_per_question():
     assert env.asked[-1] == ["d"] and evidence(["a"]) == ["<information>a</information>"]
     with pytest.raises(ConfigError, match="asl.grm_retrieval: the 'scripted' environment has no knowledge base"):
         grm_evidence(type("Scripted", (), {"name": "scripted"})())
+
+
+class Shelf:
+    """A knowledge base of three hand passages: ``search_results`` shows the query and the
+    passages whose title it names; ``retriever`` ranks every passage naming a query word."""
+
+    name = "search"
+    PASSAGES = {
+        "Boron": "Symbol: B. Atomic number: 5.",
+        "Carbon": "Symbol: C. Atomic number: 6.",
+        "Tar": "A kind of: pitch.",
+    }
+
+    def __init__(self):
+        self.asked, self.ranked = [], []
+        self.retriever = SimpleNamespace(retrieve=self.retrieve, docs=[])
+
+    def retrieve(self, queries, k):
+        self.ranked += queries
+        words = [set(q.lower().split()) for q in queries]
+        docs = [{"id": t, "contents": f'"{t}"\n{p}'} for t, p in self.PASSAGES.items()]
+        return [
+            [
+                {"document": d}
+                for d in docs
+                if w & set(d["contents"].lower().replace(".", " ").replace(":", " ").split())
+            ][:k]
+            for w in words
+        ]
+
+    def search_results(self, queries):
+        self.asked += queries
+        return [f"<information>{q}: " + " ".join(p for t, p in self.PASSAGES.items() if t in q) + "</information>"
+                for q in queries]  # fmt: skip
+
+
+def test_pg_evidence_opens_the_meta_prompt_and_is_drawn_per_prompt():
+    """``asl.pg_retrieval``: the meta prompt opens with the search results (without them it
+    is the figure's, unchanged); a topic's query is the title of a passage drawn from its
+    pool, the same for the same key and varying over keys; a follow-up searches its
+    question and answer; each topic is ranked once; no knowledge base is refused by name."""
+    from roleagent.methods.asl.prompts import PG_EVIDENCE
+    from roleagent.methods.asl.roles import PGEvidence, pg_chats, role_task, title_of
+
+    item = {"question": "What is the symbol of boron?", "answer": "B", "flag": HARDER, "hops": 1}
+    for plain in (meta_prompt({"topic": "symbol"}, 0), meta_prompt(item, 1), meta_prompt(item, 2)):
+        assert plain.startswith(("Please generate", "I asked"))
+    shown = meta_prompt(item, 2, "<information>x</information>")
+    assert shown == PG_EVIDENCE.format(information="<information>x</information>") + meta_prompt(item, 2)
+    assert shown.startswith("A search of the knowledge base returned:\n<information>x</information>\n\nBase")
+
+    assert title_of({"contents": '"Boron"\nSymbol: B.'}) == "Boron"
+    shelf = Shelf()
+    evidence = PGEvidence(shelf, pool=2, seed=0)
+    queries = [evidence.query({"topic": "symbol"}, f"t/{seed}") for seed in range(40)]
+    assert set(queries) == {"Boron", "Carbon"}  # the pool: the 2 passages "symbol" ranks, never "Tar"
+    assert queries == [evidence.query({"topic": "symbol"}, f"t/{seed}") for seed in range(40)]
+    assert shelf.ranked == ["symbol"]  # ranked once, then kept
+    assert evidence.query(item, "any") == "What is the symbol of boron? B"
+    assert evidence.query({"topic": "rivers"}, "k") == "rivers"  # nothing ranked: the topic itself
+    jobs = [(role_task("pg0", "search", "pg", {"topic": "symbol"}), s) for s in (7, 7, 8)]
+    chats = pg_chats(jobs, 0, with_system=False, evidence=evidence)
+    assert chats[0] == chats[1]  # a prompt's G samples share one search
+    drawn = evidence.query({"topic": "symbol"}, "pg0/7")  # the key: the task and its environment seed
+    assert chats[0][0]["content"] == meta_prompt({"topic": "symbol"}, 0, shelf.search_results([drawn])[0])
+    assert shelf.asked[-4:-1] == [drawn, drawn, evidence.query({"topic": "symbol"}, "pg0/8")]  # one search a job
+    assert pg_chats(jobs, 0, with_system=False)[0][0]["content"] == meta_prompt({"topic": "symbol"}, 0)
+    with pytest.raises(ConfigError, match="asl.pg_retrieval: the 'scripted' environment has no knowledge base"):
+        PGEvidence(type("Scripted", (), {"name": "scripted"})())
+    with pytest.raises(ConfigError, match="no retriever"):
+        PGEvidence(SimpleNamespace(name="search", search_results=shelf.search_results))
 
 
 def test_verification_pairs_by_hand():

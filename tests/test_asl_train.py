@@ -199,16 +199,54 @@ def test_asl_cycle_files_rewards_and_task_source(tmp_path):
 
 
 @pytest.mark.slow
-def test_grm_retrieval_needs_a_knowledge_base(tmp_path):
-    """``asl.grm_retrieval`` on an environment with nothing to search stops the run before
-    any training, naming the environment."""
+@pytest.mark.parametrize("setting", ["grm_retrieval", "pg_retrieval"])
+def test_retrieval_needs_a_knowledge_base(tmp_path, setting):
+    """``asl.grm_retrieval`` or ``asl.pg_retrieval`` on an environment with nothing to
+    search stops the run before any training, naming the setting and the environment."""
     from roleagent.config import load_config
     from roleagent.fields import ConfigError
     from roleagent.trainer import Trainer
 
-    cfg = load_config(None, [*ASL, "asl.grm_retrieval=true", f"run_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match="the 'tinyqa' environment has no knowledge base"):
+    cfg = load_config(None, [*ASL, f"asl.{setting}=true", f"run_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=f"asl.{setting}: the 'tinyqa' environment has no knowledge base"):
         Trainer(cfg, quiet=True)
+
+
+class TinyKBEnv(TinyQAEnv):
+    """TinyQAEnv with a knowledge base of four passages (``retriever``, ``search_results``,
+    the search environment's interface to the roles that read it)."""
+
+    name = "tinyqa_kb"
+    DOCS = [{"id": f"p{n}", "contents": f'"Number {n}"\n{n} is a number of arithmetic.'} for n in range(4)]
+
+    def __init__(self):
+        self.retriever = self
+
+    def retrieve(self, queries, k):
+        return [[{"document": d, "score": 1.0} for d in self.DOCS][:k] for _ in queries]
+
+    def search_results(self, queries):
+        return [f"<information>results for {q}</information>" for q in queries]
+
+
+register_env(EnvSpec("tinyqa_kb", "tests.test_asl_train:TinyKBEnv", (), "dev", "test QA env with a knowledge base"))
+
+
+def test_pg_retrieval_opens_each_generator_prompt_with_its_search(tmp_path):
+    """``asl.pg_retrieval`` through the loop: every PG turn's prompt opens with the results
+    for a drawn passage's title, and the G samples of one prompt share them."""
+    run(tmp_path, 1, [*ASL, "env.name=tinyqa_kb", "asl.pg_retrieval=true", "asl.pg_retrieval_pool=3"])
+    turns = _iteration(tmp_path, 0)
+    assert len(turns) == 4  # tasks_per_iter 2 × group_size 2
+    shown = {}
+    for turn in turns:
+        found = re.match(r"A search of the knowledge base returned:\n<information>results for (Number [0-2])</information>",
+                         turn["instruction"])  # fmt: skip
+        assert found, turn["instruction"][:200]  # a title of the topic's top 3 passages
+        assert "</information>\n\nBase the question on these results" in turn["instruction"]
+        assert "\n\nPlease generate a question about " in turn["instruction"]  # then Figure 9
+        shown.setdefault(turn["task_id"], set()).add(found.group(1))
+    assert len(shown) == 2 and all(len(titles) == 1 for titles in shown.values())
 
 
 def test_frozen_grm_skips_its_phase(tmp_path):

@@ -22,21 +22,20 @@ from roleagent.envs.search.text import normalize_answer
 from roleagent.fields import ConfigError
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.asl.method import ASLMethod
-from roleagent.methods.asl.roles import grm_evidence, role_task
+from roleagent.methods.asl.prompts import meta_prompt
+from roleagent.methods.asl.roles import PGEvidence, grm_evidence, role_task
 from roleagent.models.loading import load_policy
+from roleagent.sft.asl_competence import generate, generator_competence, gold_answers, verifier_competence
 from roleagent.sft.asl_roles import (
+    contains,
     evidence_check,
     follow_up_parents,
-    generate,
-    generator_competence,
     generator_examples,
-    gold_answers,
     pair_target,
     verdict_target,
-    verifier_competence,
     verifier_examples,
 )
-from roleagent.sft.asl_warm_start import competence, valid_file
+from roleagent.sft.asl_warm_start import competence, drawn_examples, valid_file
 from roleagent.sft.data import check_example, encode_example, write_examples
 from roleagent.trainer import Trainer
 from roleagent.trainer.stages import Iteration
@@ -87,13 +86,32 @@ class Library:
         return [f"<information>Doc 1(Title: {q[:12]}) about {q}</information>" for q in queries]
 
 
-def method_prompts(engine, tmp_path, phase, round_index, records, with_system, retrieval=False):
+class Passages(Library):
+    """A knowledge base of hand passages: a search shows those whose title the query names;
+    the retriever ranks them all for any query."""
+
+    TEXT = {"Beryllium": "Symbol: Be. Atomic number: 4.", "Lithium": "Symbol: Li. Atomic number: 3.",
+            "blink": "A kind of: reflex."}  # fmt: skip
+    TITLES = {"be": "Beryllium", "li": "Lithium", "blink": "blink"}  # passage id -> title
+    retriever = SimpleNamespace(
+        retrieve=lambda queries, k: [
+            [{"document": {"id": t, "contents": f'"{t}"\n{p}'}} for t, p in Passages.TEXT.items()][:k] for _ in queries
+        ]
+    )
+
+    def search_results(self, queries):
+        found = [" ".join(f"{t}: {p}" for t, p in self.TEXT.items() if t.lower() in q.lower()) for q in queries]
+        return [f"<information>{text}</information>" for text in found]
+
+
+def method_prompts(engine, tmp_path, phase, round_index, records, with_system, retrieval=False, pg_retrieval=False):
     """The prompts ASLMethod.collect gives ``engine`` for these role records."""
     recording = Recording(engine)
     context = SimpleNamespace(run_dir=tmp_path, engine=recording, settings=SimpleNamespace(temperature=1.0, top_p=1.0),
-                              cfg=SimpleNamespace(env=SimpleNamespace(name="search")),
-                              pool=SimpleNamespace(meta=Library()))  # fmt: skip
-    method = ASLMethod(context, ASLConfig(enabled=True, system_prompts=with_system, grm_retrieval=retrieval))
+                              cfg=SimpleNamespace(env=SimpleNamespace(name="search"), seed=0),
+                              pool=SimpleNamespace(meta=Passages() if pg_retrieval else Library()))  # fmt: skip
+    config = ASLConfig(enabled=True, system_prompts=with_system, grm_retrieval=retrieval, pg_retrieval=pg_retrieval)
+    method = ASLMethod(context, config)
     method.phase, method.round = phase, round_index
     method.collect(Iteration(0, [(role_task(f"t{i}", "search", phase, r), 0) for i, r in enumerate(records)]))
     return recording.prompts
@@ -126,6 +144,61 @@ def test_generator_examples_are_the_method_prompts_with_the_pair_as_the_only_tar
                                   add_special_tokens=False)["input_ids"] + [eos]  # fmt: skip
         assert encoded.ids == prompt + target
         assert encoded.loss_mask == [0] * len(prompt) + [1] * len(target)
+
+
+def test_grounded_generator_examples_open_with_results_holding_their_answer(engine, tmp_path):
+    """``asl.pg_retrieval``: a round-0 example shows the results for the title of the
+    question's answer passage, a follow-up the method's own search, token for token its
+    prompt; an example whose answer the results do not hold, or without a title, is left out."""
+    kb = Passages()
+    with pytest.raises(ValueError, match="titles"):
+        generator_examples([NUMBER], POOL, with_system=True, evidence=PGEvidence(kb))
+    examples = generator_examples([NUMBER, PREVIOUS, BLINK, NOD], POOL, with_system=True, evidence=PGEvidence(kb),
+                                  titles=Passages.TITLES)  # fmt: skip
+    # PREVIOUS's follow-up of NUMBER searches "…beryllium? 4": no lithium; NOD has no titled passage
+    assert [(e.meta["task"], e.meta["prompt"]) for e in examples] == [
+        ("n", "topic"), ("n", "follow_up"), ("p", "topic"), ("b", "topic"),
+    ]  # fmt: skip
+    assert [e.meta["pg_evidence"] for e in examples if e.meta["prompt"] == "topic"] == kb.search_results(
+        ["Beryllium", "Lithium", "blink"]
+    )
+    for example in examples:
+        shown, prompt = example.meta["pg_evidence"], example.messages[-2]["content"]
+        assert prompt.startswith(f"A search of the knowledge base returned:\n{shown}\n\n") and shown in prompt
+        assert contains(shown, example.meta["answer"]) and not contains(
+            example.meta["question"], example.meta["answer"]
+        )
+        if example.meta["prompt"] == "topic":
+            assert prompt == meta_prompt({"topic": example.meta["topic"]}, 0, shown)
+            continue
+        record = {"question": PREVIOUS.payload["question"], "answer": "lithium", "flag": example.meta["flag"]}
+        method = method_prompts(engine, tmp_path, "pg", example.meta["round"], [record], True, pg_retrieval=True)
+        assert encode_example(engine, example).prompts[-1] == method[0]
+
+
+def test_supported_counts_answers_in_the_results_shown_and_drawn_prompts_replace_them():
+    texts = [
+        "<question>What is the atomic number of beryllium?</question><answer>4</answer>",  # in the results
+        "<question>What is the atomic number of beryllium?</question><answer>5</answer>",  # not in them
+        "<question>Which element is lithium?</question><answer>lithium</answer>",  # in the question
+        "no pair",
+    ]
+    shown = ["<information>Beryllium: Atomic number: 4.</information>"] * 2 + ["Lithium"] * 2
+    result = generator_competence(texts, [False] * 4, None, shown=shown)
+    assert [r.get("supported") for r in result.rows] == [True, False, False, None]
+    assert result.metrics["asl_generator/supported"] == 0.25
+    assert generator_competence(texts, [False] * 4, None).metrics["asl_generator/supported"] != 0.25  # NaN
+    kb = Passages()
+    held = generator_examples([NUMBER, PREVIOUS], POOL, with_system=True, evidence=PGEvidence(kb),
+                              titles=Passages.TITLES)  # fmt: skip
+    drawn = drawn_examples(held, PGEvidence(kb, seed=3), with_system=True)
+    assert [e.meta["prompt"] for e in drawn] == [e.meta["prompt"] for e in held] and drawn[1] is held[1]  # follow-up
+    for old, new in zip(held, drawn):
+        if old.meta["prompt"] == "topic":
+            title = PGEvidence(kb, seed=3).query({"topic": "chemistry"}, old.meta["task"])
+            assert new.meta["pg_evidence"] == kb.search_results([title])[0]
+            assert new.messages[-2]["content"] == meta_prompt({"topic": "chemistry"}, 0, new.meta["pg_evidence"])
+            assert new.messages[-1] == old.messages[-1] and new.messages[0] == old.messages[0]
 
 
 @pytest.mark.parametrize("with_system,retrieval", [(True, False), (False, False), (True, True)])

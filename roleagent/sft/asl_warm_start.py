@@ -1,7 +1,7 @@
 """The ASL roles' part of the warm start (``sft.asl_roles``; ``roleagent.sft.warm_start``
 calls it): the examples of ``roleagent.sft.asl_roles`` written once into ``run_dir/sft``,
 added to the SFT data, and the roles' held-out competence measured before ("base") and
-after SFT ("sft").
+after SFT ("sft"; ``roleagent.sft.asl_competence``).
 
 Questions: ``sft.asl_questions`` + ``sft.asl_eval_questions`` distinct questions of the
 environment's training split (``env.train_split``; never a task of an evaluation panel) in
@@ -35,16 +35,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from roleagent.methods.asl.roles import grm_evidence, verdict_replies
-from roleagent.sft.asl_roles import (
-    generate,
-    generator_competence,
-    generator_examples,
-    gold_answers,
-    summary,
-    verifier_competence,
-    verifier_examples,
-)
+from roleagent.envs.search.retriever import load_corpus
+from roleagent.methods.asl.prompts import PG_SYSTEM, meta_prompt, role_chat
+from roleagent.methods.asl.roles import PGEvidence, grm_evidence, title_of, verdict_replies
+from roleagent.sft.asl_competence import generate, generator_competence, gold_answers, summary, verifier_competence
+from roleagent.sft.asl_roles import generator_examples, verifier_examples
 from roleagent.sft.data import ChatExample, write_examples
 from roleagent.sft.expert import expert_tasks
 from roleagent.sft.sources import read_examples
@@ -78,16 +73,22 @@ def split_questions(train_tasks: Sequence[Task], n: int, k: int, *, seed: int, e
 
 def write_role_data(cfg, train_tasks: Sequence[Task], out: Path, *, env, exclude=frozenset()) -> dict[str, int]:
     """Write the four example files and ``asl_counts.json`` (module docstring); returns the
-    counts. ``env`` is searched for the GRM's evidence with ``asl.grm_retrieval``."""
+    counts. ``env`` is searched for the GRM's evidence with ``asl.grm_retrieval`` and for
+    the generator's with ``asl.pg_retrieval`` (titles from its retriever's passages, else the
+    shipped corpus)."""
     s = cfg.sft
     evidence = grm_evidence(env) if cfg.asl.grm_retrieval else None
+    pg, titles = None, None
+    if cfg.asl.pg_retrieval:
+        pg = PGEvidence(env, pool=cfg.asl.pg_retrieval_pool, seed=cfg.seed)
+        titles = {d["id"]: title_of(d) for d in getattr(pg.retriever, "docs", None) or load_corpus()}
     sft, held_out, pool = split_questions(train_tasks, s.asl_questions, s.asl_eval_questions, seed=cfg.seed,
                                           exclude=exclude)  # fmt: skip
     system = cfg.asl.system_prompts
     counts = {}
     for name, tasks in ((train_file, sft), (valid_file, held_out)):
         made = {
-            "generator": generator_examples(tasks, pool, with_system=system),
+            "generator": generator_examples(tasks, pool, with_system=system, evidence=pg, titles=titles),
             "verifier": verifier_examples(
                 tasks, pool, with_system=system, seed=cfg.seed, evidence=evidence, check=s.asl_verifier_check
             ),
@@ -121,23 +122,47 @@ def train_examples(trainer, out: Path) -> list[ChatExample]:
     return [e for role in ROLES for e in _examples(out / train_file(role))]
 
 
-def competence(engine, cfg, env, data: Path, limit: int = 0):
+def drawn_examples(examples: Sequence[ChatExample], evidence: PGEvidence, with_system: bool) -> list[ChatExample]:
+    """``examples`` (held-out generator examples) with each round-0 prompt opened by the
+    results the method would show, for a passage :class:`PGEvidence` draws from the topic's
+    pool (keyed by the question), instead of the question's own passage; follow-ups
+    already search as the method does and are kept. The targets are unchanged (competence
+    does not read them)."""
+    out = []
+    for example in examples:
+        if example.meta["prompt"] != "topic":
+            out.append(example)
+            continue
+        item = {"topic": example.meta["topic"]}
+        shown = evidence([item], [example.meta["task"]])[0]
+        chat = role_chat(PG_SYSTEM, meta_prompt(item, 0, shown), with_system)
+        meta = {**example.meta, "pg_evidence": shown}
+        out.append(ChatExample(chat + example.messages[-1:], example.response_prefix, meta, example.eos))
+    return out
+
+
+def competence(engine, cfg, env, data: Path, limit: int = 0, drawn: bool = False):
     """(generator, verifier) competence of ``engine`` on ``data``'s held-out examples
     (the first ``limit`` of each role, 0: all; None for a role without any): the
     generator samples as the PG phase does
     (``rollout.temperature``, ``rollout.top_p``, ``asl.pg_max_new_tokens``), the verifier
     is greedy (``asl.grm_max_new_tokens``) and, with ``asl.grm_verdicts: constrained``,
     chooses between the two verdict replies as the method's GRM does; ``env``'s retriever
-    checks the answers."""
+    checks the answers. ``drawn``: round-0 prompts show a drawn passage (:func:`drawn_examples`)."""
     generator = verifier = None
     if held := _examples(data / valid_file("generator"))[: limit or None]:
+        if drawn:
+            evidence = PGEvidence(env, pool=cfg.asl.pg_retrieval_pool, seed=cfg.seed)
+            held = drawn_examples(held, evidence, cfg.asl.system_prompts)
         texts, cut = generate(engine, held, max_new_tokens=cfg.asl.pg_max_new_tokens,
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)  # fmt: skip
         retriever = getattr(env, "retriever", None)
         seen = [e.meta["question"] for e in _examples(data / train_file("generator"))]
         gold = gold_answers(env) if env is not None else None
+        shown = [e.meta.get("pg_evidence", "") for e in held] if "pg_evidence" in held[0].meta else None
         generator = generator_competence(texts, cut, retriever.retrieve if retriever is not None else None,
-                                         topk=getattr(env, "topk", 3), seen_questions=seen, gold=gold)  # fmt: skip
+                                         topk=getattr(env, "topk", 3), seen_questions=seen, gold=gold,
+                                         shown=shown)  # fmt: skip
         for row, example in zip(generator.rows, held):
             row.update(role="generator", task=example.meta["task"], prompt=example.meta["prompt"])
     if held := _examples(data / valid_file("verifier"))[: limit or None]:
@@ -180,14 +205,17 @@ def _warn(message: str) -> None:
 # ------------------------------------------------------------------ command line -----
 
 USAGE = """python -m roleagent.sft.asl_warm_start data RECIPE --out DIR [--set KEY=VALUE]
-python -m roleagent.sft.asl_warm_start eval RECIPE --data DIR [--label L] [--limit N] [--set KEY=VALUE]
+python -m roleagent.sft.asl_warm_start eval RECIPE --data DIR [--label L] [--limit N] [--drawn]
+    [--set KEY=VALUE]
 
 data: writes the role files of the module docstring into DIR (sft.asl_questions,
 sft.asl_eval_questions of the recipe; never a panel question) and DIR/asl_train.jsonl (both
 roles' SFT examples, for `roleagent sft --data`).
 eval: the recipe's policy (--set model.init_from=SFT/final for a checkpoint) on DIR's
 held-out examples (the first N of each role with --limit); prints the summary line and
-the metrics as JSON, writes DIR/asl_roles_<label>.jsonl."""
+the metrics as JSON, writes DIR/asl_roles_<label>.jsonl. --drawn (with asl.pg_retrieval):
+each round-0 generator prompt shows a passage drawn from its topic's pool, as the method
+draws one, instead of the held-out question's own passage."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = role_parser("python -m roleagent.sft.asl_warm_start", USAGE)
     parser.add_argument("--data", default="")
     parser.add_argument("--label", default="")
+    parser.add_argument("--drawn", action="store_true")
     args = parser.parse_args(argv)
     cfg = prepare(load_config(args.recipe, args.set))
     env = make_env(cfg.env.name, **cfg.env.kwargs)
@@ -214,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     data = Path(args.data)
     label = args.label or (cfg.model.init_from or cfg.model.name)
-    generator, verifier = competence(load_engine(cfg)[1], cfg, env, data, args.limit)
+    if args.drawn and not cfg.asl.pg_retrieval:
+        parser.error("--drawn shows the generator search results: it needs --set asl.pg_retrieval=true")
+    generator, verifier = competence(load_engine(cfg)[1], cfg, env, data, args.limit, args.drawn)
     rows = [r for part in (generator, verifier) if part is not None for r in part.rows]
     safe = "".join(c if c.isalnum() else "_" for c in label)
     (data / f"asl_roles_{safe}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -39,6 +39,7 @@ from roleagent.envs.search.text import (
     normalize_answer,
     parse_action,
     substring_match,
+    untagged,
 )
 from roleagent.types import Task, Trajectory
 
@@ -207,7 +208,7 @@ class SearchEnv(Environment):
         hits = self.retriever.retrieve([query], self.topk)[0][: self.topk]
         observation = information(hits, self.max_passage_chars)
         gold = [normalize_answer(a) for a in self._answers]
-        text = f" {normalize_answer(observation)} "
+        text = f" {normalize_answer(untagged(observation))} "
         info.update(query=query, doc_ids=[str(h["document"].get("id", "")) for h in hits],
                     gold_retrieved=any(g and f" {g} " in text for g in gold))  # fmt: skip
         self._gold_seen = self._gold_seen or info["gold_retrieved"]

@@ -135,3 +135,14 @@ def passages_text(results: list[dict], max_passage_chars: int) -> str:
 def information(results: list[dict], max_passage_chars: int) -> str:
     """The observation after a search: the passages inside ``<information>`` tags."""
     return f"<information>{passages_text(results, max_passage_chars).strip()}</information>"
+
+
+def untagged(observation: str) -> str:
+    """``observation`` with its ``<information>`` tags replaced by spaces, so its first and
+    last words stay words once punctuation is dropped (:func:`normalize_answer` would join
+    "… number: 4.</information>" into "4information").
+
+    >>> normalize_answer(untagged("<information>Atomic number: 4.</information>"))
+    'atomic number 4'
+    """
+    return re.sub(r"</?information>", " ", observation)

@@ -84,6 +84,15 @@ class ASLConfig:
         "with the policy's tool (Figure 7); here the framework makes that first search for it. Needs an "
         "environment with a knowledge base (search). Off: the GRM judges from memory",
     )
+    pg_retrieval: bool = setting(
+        False,
+        "open each prompt-generator meta prompt with the environment's results for a search the framework "
+        "makes (a round-0 topic: the title of a passage drawn from the topic's top asl.pg_retrieval_pool "
+        "passages; a follow-up: the question and its answer), so its answer can be copied from a passage "
+        "(the paper's PG searches with the policy's tool, Figure 9). Needs an environment with a knowledge "
+        "base (search). Off: the PG writes from memory",
+    )
+    pg_retrieval_pool: int = setting(64, "passages ranked for a round-0 topic that asl.pg_retrieval draws one from")
     judge_temperature: float = setting(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
     system_prompts: bool = setting(
         True,
@@ -115,5 +124,6 @@ RULES = {
     "asl.pg_max_new_tokens": at_least(8),
     "asl.grm_max_new_tokens": at_least(8),
     "asl.grm_verdicts": one_of("free", "constrained"),
+    "asl.pg_retrieval_pool": at_least(1),
     "asl.judge_temperature": at_least(0),
 }

@@ -35,12 +35,14 @@ from roleagent.algos import asl
 from roleagent.fields import ConfigError
 from roleagent.methods.asl.config import ASLConfig
 from roleagent.methods.asl.files import RoundFiles
-from roleagent.methods.asl.prompts import PG_SYSTEM, final_answer, meta_prompt, parse_pair, role_chat
+from roleagent.methods.asl.prompts import final_answer, parse_pair
 from roleagent.methods.asl.roles import (
     generate_turns,
     grm_chats,
     grm_evidence,
     judge,
+    pg_chats,
+    pg_evidence,
     question_task,
     role_task,
     verdict_replies,
@@ -71,9 +73,10 @@ class ASLMethod(Method):
         self.questions_made = 0  # question ids are unique over the run
         self.metrics: dict[str, float] = {}
         self._grm_eval: list[dict] | None = None
-        # the GRM's search results per question (asl.grm_retrieval; an environment without a
-        # knowledge base is refused here, before any training)
+        # the search results the GRM and the PG are shown (asl.grm_retrieval, asl.pg_retrieval;
+        # an environment without a knowledge base is refused here, before any training)
         self._search = grm_evidence(context.pool.meta) if config.grm_retrieval else None
+        self._pg_search = pg_evidence(context, config)
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -118,9 +121,7 @@ class ASLMethod(Method):
             return RolloutCollector(ctx.engine, ctx.pool, ctx.settings).collect(iteration, progress)
         started = time.perf_counter()
         if self.phase == "pg":
-            chats = [
-                role_chat(PG_SYSTEM, meta_prompt(t.metadata["asl"], self.round), cfg.system_prompts) for t, _ in jobs
-            ]
+            chats = pg_chats(jobs, self.round, cfg.system_prompts, self._pg_search)
             limit = cfg.pg_max_new_tokens
         else:
             records = [t.metadata["asl"] for t, _ in jobs]

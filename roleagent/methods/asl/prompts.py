@@ -11,7 +11,10 @@ the policy will search for) or become "think" (Figures 11-12). The policy's prom
 environment's, and the policy does search (``docs/asl.md``). With ``asl.grm_retrieval`` the
 GRM reads the knowledge base after all: the framework makes its first search, with the
 question as the query, and the user prompt shows the results (:data:`GRM_EVIDENCE`) between
-the student's answer and the request."""
+the student's answer and the request. With ``asl.pg_retrieval`` the PG reads it too: the
+framework makes the search the paper's PG makes before it writes ("Use the tool to help you
+generate the question, ensure that the question is solvable", Figure 9), and the meta prompt
+opens with the results (:data:`PG_EVIDENCE`; ``roles.PGEvidence`` says what is searched)."""
 
 from __future__ import annotations
 
@@ -90,6 +93,15 @@ DEMO = {
     "removing": "'In which country was the director of Titanic born?' (Canada) -> 'Who directed Titanic?' (James Cameron)",
 }
 
+#: What the PG is shown with ``asl.pg_retrieval``, before its meta prompt: the environment's
+#: reply to the search ``roles.PGEvidence`` makes for it.
+PG_EVIDENCE = """A search of the knowledge base returned:
+{information}
+
+Base the question on these results: its answer must be in them.
+
+"""
+
 #: Figure 12: the GRM; ``{evidence}`` is empty, or :data:`GRM_EVIDENCE` filled in.
 GRM_USER = """I asked a question to my student:
 {question}
@@ -126,11 +138,13 @@ _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL | re.IGNORECASE)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 
 
-def meta_prompt(item: dict, round_index: int) -> str:
+def meta_prompt(item: dict, round_index: int, evidence: str = "") -> str:
     """The PG's user prompt for one entry of D_PG: ``{"topic"}`` (iteration 0) or
-    ``{"question", "answer", "flag"}`` (a follow-up; Figure 10 in round 1, 11 later)."""
+    ``{"question", "answer", "flag"}`` (a follow-up; Figure 10 in round 1, 11 later);
+    ``evidence``: the search results it opens with (``asl.pg_retrieval``), "" for none."""
+    shown = PG_EVIDENCE.format(information=evidence) if evidence else ""
     if "topic" in item:
-        return PG_ITERATION_0.format(topic=item["topic"])
+        return shown + PG_ITERATION_0.format(topic=item["topic"])
     harder = item["flag"] == HARDER
     fields = {
         "question": item["question"],
@@ -139,9 +153,9 @@ def meta_prompt(item: dict, round_index: int) -> str:
         "question_type": "harder" if harder else "easier",
     }
     if round_index <= 1:
-        return PG_ITERATION_1.format(**fields)
+        return shown + PG_ITERATION_1.format(**fields)
     constraint = "adding" if harder else "removing"
-    return PG_LATER.format(**fields, question_constraint=constraint, demo=DEMO[constraint])
+    return shown + PG_LATER.format(**fields, question_constraint=constraint, demo=DEMO[constraint])
 
 
 def role_chat(system: str, user: str, with_system: bool) -> list[dict[str, str]]:

@@ -4,13 +4,22 @@ and verification pairs built from an environment's questions with gold answers."
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from roleagent.algos.asl import parse_verdict
 from roleagent.engine import SamplingParams
 from roleagent.fields import ConfigError
-from roleagent.methods.asl.prompts import GRM_EVIDENCE, GRM_SYSTEM, GRM_USER, role_chat, verdict_target
+from roleagent.methods.asl.prompts import (
+    GRM_EVIDENCE,
+    GRM_SYSTEM,
+    GRM_USER,
+    PG_SYSTEM,
+    meta_prompt,
+    role_chat,
+    verdict_target,
+)
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -81,12 +90,7 @@ def grm_evidence(env: Any, limit: int = 4096) -> Evidence:
     (Sun et al., 2025, arXiv 2510.14253, Figure 7); here the framework makes that first
     search for it, with the question as the query, so a backbone that does not yet write
     tool calls still judges against the corpus instead of from memory."""
-    search = getattr(env, "search_results", None)
-    if not callable(search):
-        raise ConfigError(
-            f"asl.grm_retrieval: the {getattr(env, 'name', type(env).__name__)!r} environment has no knowledge "
-            "base to search (search_results); turn asl.grm_retrieval off or use the search environment"
-        )
+    search = _search_of(env, "grm_retrieval")
     store: dict[str, str] = {}
 
     def evidence(questions: Sequence[str]) -> list[str]:
@@ -98,6 +102,87 @@ def grm_evidence(env: Any, limit: int = 4096) -> Evidence:
         return [store[q] for q in questions]
 
     return evidence
+
+
+def _search_of(env: Any, setting: str) -> Callable[[list[str]], list[str]]:
+    """``env.search_results``, or a ConfigError naming ``setting`` for an environment
+    without a knowledge base to search."""
+    search = getattr(env, "search_results", None)
+    if not callable(search):
+        raise ConfigError(
+            f"asl.{setting}: the {getattr(env, 'name', type(env).__name__)!r} environment has no knowledge "
+            f"base to search (search_results); turn asl.{setting} off or use the search environment"
+        )
+    return search
+
+
+def title_of(document: dict) -> str:
+    """A passage's title, its first line unquoted (``'"Hydrogen"\\nChemical element...'`` → ``Hydrogen``)."""
+    return str(document.get("contents", "")).split("\n", 1)[0].strip().strip('"')
+
+
+class PGEvidence:
+    """What the prompt generator reads before it writes, with ``asl.pg_retrieval``: the
+    environment's reply to one search per meta prompt, made by the framework.
+
+    The paper's PG holds the policy's ``retrieve`` tool and is told to "use the tool to
+    help you generate the question, ensure that the question is solvable" (Sun et al.,
+    2025, arXiv 2510.14253, Figure 9); a backbone that does not yet write tool calls is
+    given the search's result instead, so it can copy its answer from a passage rather
+    than recall it. The query:
+
+    - a round-0 item ``{"topic"}``: the title of one passage drawn from the ``pool``
+      passages the retriever ranks highest for the topic, drawn by ``key`` (the method
+      passes the task and its environment seed, so the G samples of one prompt see the
+      same results and the next iteration another passage). Topic "chemistry" may draw
+      ``"Boron"``; the search for "Boron" returns boron's passage first;
+    - a follow-up ``{"question", "answer", "flag"}``: the question and its answer, which
+      retrieve the passages the new question builds on ("What is the atomic number of
+      beryllium? 4" returns beryllium's).
+
+    ``results``: the environment's ``search_results`` (queries -> the text shown). Topic
+    pools are kept per topic (one retrieval each)."""
+
+    def __init__(self, env: Any, *, pool: int = 64, seed: int = 0):
+        self.results, self.retriever = _search_of(env, "pg_retrieval"), getattr(env, "retriever", None)
+        if self.retriever is None:
+            raise ConfigError("asl.pg_retrieval: the environment has no retriever to draw topic passages from")
+        self.pool, self.seed = pool, seed
+        self._titles: dict[str, list[str]] = {}
+
+    def query(self, item: dict, key: str) -> str:
+        """The search made for ``item`` (class docstring)."""
+        if "topic" not in item:
+            return f"{item['question']} {item['answer']}"
+        topic = str(item["topic"])
+        if topic not in self._titles:
+            hits = self.retriever.retrieve([topic], self.pool)[0][: self.pool]
+            self._titles[topic] = [t for t in (title_of(h["document"]) for h in hits) if t] or [topic]
+        titles = self._titles[topic]
+        return titles[random.Random(f"{self.seed}/{key}").randrange(len(titles))]
+
+    def __call__(self, items: Sequence[dict], keys: Sequence[str]) -> list[str]:
+        """The search results shown with each item (``keys``: one per item, as :meth:`query`)."""
+        return self.results([self.query(item, key) for item, key in zip(items, keys, strict=True)]) if items else []
+
+
+def pg_evidence(context: Any, config: Any) -> PGEvidence | None:
+    """The prompt generator's :class:`PGEvidence` for a run (``config``: the ``asl`` section),
+    None with ``asl.pg_retrieval`` off."""
+    if not config.pg_retrieval:
+        return None
+    return PGEvidence(context.pool.meta, pool=config.pg_retrieval_pool, seed=context.cfg.seed)
+
+
+def pg_chats(
+    jobs: Sequence[tuple[Task, int]], round_index: int, with_system: bool, evidence: PGEvidence | None = None
+) -> list[list[dict[str, str]]]:
+    """The PG's conversation for each job (a D_PG item in ``task.metadata["asl"]``, its
+    environment seed), opened with its search results when ``evidence`` is given; the key
+    of a job's search is its task and seed, so a prompt's G samples see the same results."""
+    items = [task.metadata["asl"] for task, _ in jobs]
+    shown = evidence(items, [f"{task.id}/{seed}" for task, seed in jobs]) if evidence else [""] * len(items)
+    return [role_chat(PG_SYSTEM, meta_prompt(i, round_index, e), with_system) for i, e in zip(items, shown)]
 
 
 def verdict_replies(tokenizer) -> list[list[int]]:
