@@ -456,3 +456,41 @@ def test_warm_start_trains_and_measures_both_roles(tmp_path, retriever_url):
     rows = (sft / "asl_roles_sft.jsonl").read_text().splitlines()
     assert len(rows) == measured[1]["asl_verifier/examples"] + measured[1]["asl_generator/generations"]
     assert undocumented(run_keys(run_dir)) == set()
+
+
+def test_grounded_role_data_from_the_shipped_corpus(tmp_path):
+    """``asl.pg_retrieval`` on the real search environment (in-process BM25 over the shipped
+    corpus): every generator example opens with the environment's own search results, a
+    round-0 one with those for its answer passage's title, and they hold its answer."""
+    pytest.importorskip("bm25s")
+    from roleagent.envs import make_env
+    from roleagent.envs.search.retriever import load_corpus
+    from roleagent.methods.asl.roles import title_of
+    from roleagent.sft.asl_warm_start import train_file, write_role_data
+    from roleagent.sft.sources import read_examples
+
+    cfg = load_config("asl_search_warm", ["asl.pg_retrieval=true", "sft.asl_questions=16", "sft.asl_eval_questions=4"])
+    env = make_env(cfg.env.name, **cfg.env.kwargs)
+    counts = write_role_data(cfg, env.tasks(cfg.env.train_split), tmp_path, env=env)
+    examples = read_examples(tmp_path / train_file("generator")) + read_examples(tmp_path / valid_file("generator"))
+    assert len(examples) == counts["asl_generator_examples"] + counts["asl_generator_valid_examples"]
+    assert sum(e.meta["prompt"] == "topic" for e in examples) >= 12  # of 20 questions: most are kept
+    titles = {d["id"]: title_of(d) for d in load_corpus()}
+    tasks = {t.id: t for t in env.tasks(cfg.env.train_split)}
+    for example in examples:
+        shown, prompt = example.meta["pg_evidence"], example.messages[-2]["content"]
+        assert prompt.startswith(f"A search of the knowledge base returned:\n{shown}\n\n")
+        assert contains(shown, example.meta["answer"]) and not contains(
+            example.meta["question"], example.meta["answer"]
+        )
+        if example.meta["prompt"] == "topic":
+            passage = tasks[example.meta["task"]].metadata["support"][-1]
+            assert shown == env.search_results([titles[passage]])[0]
+
+
+def test_drawn_prompts_need_the_generator_search(tmp_path, capsys):
+    from roleagent.sft.asl_warm_start import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "asl_search_warm", "--data", str(tmp_path), "--drawn"])
+    assert "--drawn shows the generator search results: it needs --set asl.pg_retrieval=true" in capsys.readouterr().err

@@ -10,7 +10,8 @@ from roleagent.fields import ConfigError
 
 
 def load_engine(cfg, *, lora: bool = False):
-    """``(policy, engine)`` for ``cfg`` (``model.init_from`` loaded, ``threads`` applied);
+    """``(policy, engine)`` for ``cfg`` (``model.init_from`` loaded, ``threads`` applied, the
+    engine's sampling seeded with ``seed``);
     ``lora``: fresh adapters to train (then the engine must run weights here)."""
     import torch
 
@@ -25,6 +26,7 @@ def load_engine(cfg, *, lora: bool = False):
     engine = create_engine(
         cfg.model.engine, policy, settings=engine_settings(cfg), max_prompt_tokens=cfg.rollout.max_prompt_tokens
     )
+    engine.seed(cfg.seed)  # sampled measurements draw as a run with this seed does
     return policy, engine
 
 

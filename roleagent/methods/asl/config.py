@@ -92,7 +92,9 @@ class ASLConfig:
         "(the paper's PG searches with the policy's tool, Figure 9). Needs an environment with a knowledge "
         "base (search). Off: the PG writes from memory",
     )
-    pg_retrieval_pool: int = setting(64, "passages ranked for a round-0 topic that asl.pg_retrieval draws one from")
+    pg_retrieval_pool: int = setting(
+        64, "passages ranked for a round-0 topic that asl.pg_retrieval draws one from (1 to 100)"
+    )
     judge_temperature: float = setting(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
     system_prompts: bool = setting(
         True,
@@ -124,6 +126,6 @@ RULES = {
     "asl.pg_max_new_tokens": at_least(8),
     "asl.grm_max_new_tokens": at_least(8),
     "asl.grm_verdicts": one_of("free", "constrained"),
-    "asl.pg_retrieval_pool": at_least(1),
+    "asl.pg_retrieval_pool": within(1, 100),  # a retrieval returns at most 100 passages (search's MAX_TOPK)
     "asl.judge_temperature": at_least(0),
 }
