@@ -427,8 +427,10 @@ def test_the_switch_needs_asl_and_is_data_by_itself():
 
 
 def test_warm_start_trains_and_measures_both_roles(tmp_path, retriever_url):
+    """The generator from memory (``asl.pg_retrieval`` off) on the hand corpus served on 127.0.0.1."""
     run_dir = tmp_path / "run"
-    cfg = load_config("asl_search_warm", TINY_ASL + [f"run_dir={run_dir}", f"env.kwargs.retriever_url={retriever_url}"])
+    extra = [f"run_dir={run_dir}", f"env.kwargs.retriever_url={retriever_url}", "asl.pg_retrieval=false"]
+    cfg = load_config("asl_search_warm", TINY_ASL + extra)
     trainer = Trainer(cfg, quiet=True)
     try:
         trainer.run()
@@ -494,3 +496,28 @@ def test_drawn_prompts_need_the_generator_search(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["eval", "asl_search_warm", "--data", str(tmp_path), "--drawn"])
     assert "--drawn shows the generator search results: it needs --set asl.pg_retrieval=true" in capsys.readouterr().err
+
+
+def test_the_recipe_warm_starts_a_grounded_generator(tmp_path):
+    """``asl_search_warm`` as shipped (``asl.pg_retrieval`` on, in-process BM25 over the
+    shipped corpus): the generator's examples open with search results, the questions whose
+    answer they lack are left out (the verifier keeps all), and both measurements report
+    ``supported``."""
+    pytest.importorskip("bm25s")
+    run_dir = tmp_path / "run"
+    cfg = load_config("asl_search_warm", TINY_ASL + [f"run_dir={run_dir}"])
+    assert cfg.asl.pg_retrieval
+    trainer = Trainer(cfg, quiet=True)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    sft = run_dir / "sft"
+    generator = [json.loads(line) for line in (sft / "asl_generator.jsonl").read_text().splitlines()]
+    verifier = {json.loads(line)["meta"]["task"] for line in (sft / "asl_verifier.jsonl").read_text().splitlines()}
+    assert generator and {e["meta"]["task"] for e in generator} <= verifier and len(verifier) == 6
+    assert all(e["messages"][-2]["content"].startswith("A search of the knowledge base returned:") for e in generator)
+    measured = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    measured = [r for r in measured if "asl_roles" in r]
+    assert [r["asl_roles"] for r in measured] == ["base", "sft"]
+    assert all(0.0 <= r["asl_generator/supported"] <= r["asl_generator/parsed"] for r in measured)
