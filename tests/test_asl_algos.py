@@ -268,6 +268,8 @@ def test_pg_evidence_opens_the_meta_prompt_and_is_drawn_per_prompt():
     assert shelf.ranked == ["symbol"]  # ranked once, then kept
     assert evidence.query(item, "any") == "What is the symbol of boron? B"
     assert evidence.query({"topic": "rivers"}, "k") == "rivers"  # nothing ranked: the topic itself
+    named = PGEvidence(shelf, pool=2, queries={"elements": "atomic symbol"})  # asl.pg_topic_queries
+    assert named.query({"topic": "elements"}, "t/0") in {"Boron", "Carbon"} and shelf.ranked[-1] == "atomic symbol"
     jobs = [(role_task("pg0", "search", "pg", {"topic": "symbol"}), s) for s in (7, 7, 8)]
     chats = pg_chats(jobs, 0, with_system=False, evidence=evidence)
     assert chats[0] == chats[1]  # a prompt's G samples share one search

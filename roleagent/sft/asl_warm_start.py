@@ -37,7 +37,7 @@ from pathlib import Path
 
 from roleagent.envs.search.retriever import load_corpus
 from roleagent.methods.asl.prompts import PG_SYSTEM, meta_prompt, role_chat
-from roleagent.methods.asl.roles import PGEvidence, grm_evidence, title_of, verdict_replies
+from roleagent.methods.asl.roles import PGEvidence, grm_evidence, pg_evidence, title_of, verdict_replies
 from roleagent.sft.asl_competence import generate, generator_competence, gold_answers, summary, verifier_competence
 from roleagent.sft.asl_roles import generator_examples, verifier_examples
 from roleagent.sft.data import ChatExample, write_examples
@@ -78,9 +78,8 @@ def write_role_data(cfg, train_tasks: Sequence[Task], out: Path, *, env, exclude
     shipped corpus)."""
     s = cfg.sft
     evidence = grm_evidence(env) if cfg.asl.grm_retrieval else None
-    pg, titles = None, None
-    if cfg.asl.pg_retrieval:
-        pg = PGEvidence(env, pool=cfg.asl.pg_retrieval_pool, seed=cfg.seed)
+    pg, titles = pg_evidence(env, cfg.asl, cfg.seed), None
+    if pg is not None:
         titles = {d["id"]: title_of(d) for d in getattr(pg.retriever, "docs", None) or load_corpus()}
     sft, held_out, pool = split_questions(train_tasks, s.asl_questions, s.asl_eval_questions, seed=cfg.seed,
                                           exclude=exclude)  # fmt: skip
@@ -152,7 +151,8 @@ def competence(engine, cfg, env, data: Path, limit: int = 0, drawn: bool = False
     generator = verifier = None
     if held := _examples(data / valid_file("generator"))[: limit or None]:
         if drawn:
-            evidence = PGEvidence(env, pool=cfg.asl.pg_retrieval_pool, seed=cfg.seed)
+            if (evidence := pg_evidence(env, cfg.asl, cfg.seed)) is None:
+                raise ValueError("drawn generator prompts need asl.pg_retrieval")
             held = drawn_examples(held, evidence, cfg.asl.system_prompts)
         texts, cut = generate(engine, held, max_new_tokens=cfg.asl.pg_max_new_tokens,
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)  # fmt: skip

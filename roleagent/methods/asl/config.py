@@ -95,6 +95,12 @@ class ASLConfig:
     pg_retrieval_pool: int = setting(
         64, "passages ranked for a round-0 topic that asl.pg_retrieval draws one from (1 to 100)"
     )
+    pg_topic_queries: dict = setting(
+        {},
+        "the search that ranks a round-0 topic's pool for asl.pg_retrieval, per topic (a topic not named "
+        "searches itself), e.g. {chemistry: chemical element}: BM25 ranks only 17 passages of the shipped "
+        "corpus for 'chemistry', mostly WordNet entries",
+    )
     judge_temperature: float = setting(1.0, "sampling temperature of the GRM's K checks and verdicts on the policy")
     system_prompts: bool = setting(
         True,
@@ -126,6 +132,10 @@ RULES = {
     "asl.pg_max_new_tokens": at_least(8),
     "asl.grm_max_new_tokens": at_least(8),
     "asl.grm_verdicts": one_of("free", "constrained"),
+    "asl.pg_topic_queries": (
+        (lambda v: all(isinstance(k, str) and isinstance(q, str) and q.strip() for k, q in v.items())),
+        "a mapping of topics to non-empty search queries",
+    ),
     "asl.pg_retrieval_pool": within(1, 100),  # a retrieval returns at most 100 passages (search's MAX_TOPK)
     "asl.judge_temperature": at_least(0),
 }

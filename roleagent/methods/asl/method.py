@@ -76,7 +76,7 @@ class ASLMethod(Method):
         # the search results the GRM and the PG are shown (asl.grm_retrieval, asl.pg_retrieval;
         # an environment without a knowledge base is refused here, before any training)
         self._search = grm_evidence(context.pool.meta) if config.grm_retrieval else None
-        self._pg_search = pg_evidence(context, config)
+        self._pg_search = pg_evidence(context.pool.meta, config, context.cfg.seed) if config.pg_retrieval else None
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -132,7 +132,8 @@ class PGEvidence:
     than recall it. The query:
 
     - a round-0 item ``{"topic"}``: the title of one passage drawn from the ``pool``
-      passages the retriever ranks highest for the topic, drawn by ``key`` (the method
+      passages the retriever ranks highest for the topic (or for its search in
+      ``queries``, ``asl.pg_topic_queries``), drawn by ``key`` (the method
       passes the task and its environment seed, so the G samples of one prompt see the
       same results and the next iteration another passage). Topic "chemistry" may draw
       ``"Boron"``; the search for "Boron" returns boron's passage first;
@@ -143,11 +144,11 @@ class PGEvidence:
     ``results``: the environment's ``search_results`` (queries -> the text shown). Topic
     pools are kept per topic (one retrieval each)."""
 
-    def __init__(self, env: Any, *, pool: int = 64, seed: int = 0):
+    def __init__(self, env: Any, *, pool: int = 64, seed: int = 0, queries: dict[str, str] | None = None):
         self.results, self.retriever = _search_of(env, "pg_retrieval"), getattr(env, "retriever", None)
         if self.retriever is None:
             raise ConfigError("asl.pg_retrieval: the environment has no retriever to draw topic passages from")
-        self.pool, self.seed = pool, seed
+        self.pool, self.seed, self.queries = pool, seed, dict(queries or {})
         self._titles: dict[str, list[str]] = {}
 
     def query(self, item: dict, key: str) -> str:
@@ -156,7 +157,7 @@ class PGEvidence:
             return f"{item['question']} {item['answer']}"
         topic = str(item["topic"])
         if topic not in self._titles:
-            hits = self.retriever.retrieve([topic], self.pool)[0][: self.pool]
+            hits = self.retriever.retrieve([self.queries.get(topic, topic)], self.pool)[0][: self.pool]
             self._titles[topic] = [t for t in (title_of(h["document"]) for h in hits) if t] or [topic]
         titles = self._titles[topic]
         return titles[random.Random(f"{self.seed}/{key}").randrange(len(titles))]
@@ -166,12 +167,12 @@ class PGEvidence:
         return self.results([self.query(item, key) for item, key in zip(items, keys, strict=True)]) if items else []
 
 
-def pg_evidence(context: Any, config: Any) -> PGEvidence | None:
-    """The prompt generator's :class:`PGEvidence` for a run (``config``: the ``asl`` section),
-    None with ``asl.pg_retrieval`` off."""
+def pg_evidence(env: Any, config: Any, seed: int) -> PGEvidence | None:
+    """The prompt generator's :class:`PGEvidence` over ``env`` (``config``: the ``asl``
+    section), None with ``asl.pg_retrieval`` off."""
     if not config.pg_retrieval:
         return None
-    return PGEvidence(context.pool.meta, pool=config.pg_retrieval_pool, seed=context.cfg.seed)
+    return PGEvidence(env, pool=config.pg_retrieval_pool, seed=seed, queries=config.pg_topic_queries)
 
 
 def pg_chats(
