@@ -426,16 +426,21 @@ def test_the_switch_needs_asl_and_is_data_by_itself():
         load_config("asl_search_warm", check + ["asl.grm_retrieval=true", "asl.grm_verdicts=constrained"])
 
 
-def test_warm_start_trains_and_measures_both_roles(tmp_path, retriever_url):
-    """The generator from memory (``asl.pg_retrieval`` off) on the hand corpus served on 127.0.0.1."""
-    run_dir = tmp_path / "run"
-    extra = [f"run_dir={run_dir}", f"env.kwargs.retriever_url={retriever_url}", "asl.pg_retrieval=false"]
-    cfg = load_config("asl_search_warm", TINY_ASL + extra)
+def warm_start(run_dir, extra):
+    """Run ``asl_search_warm`` on the tiny model (``TINY_ASL``: the warm start alone) into ``run_dir``; its config."""
+    cfg = load_config("asl_search_warm", TINY_ASL + [f"run_dir={run_dir}", *extra])
     trainer = Trainer(cfg, quiet=True)
     try:
         trainer.run()
     finally:
         trainer.close()
+    return cfg
+
+
+def test_warm_start_trains_and_measures_both_roles(tmp_path, retriever_url):
+    """The generator from memory (``asl.pg_retrieval`` off) on the hand corpus served on 127.0.0.1."""
+    run_dir = tmp_path / "run"
+    cfg = warm_start(run_dir, [f"env.kwargs.retriever_url={retriever_url}", "asl.pg_retrieval=false"])
     sft = run_dir / "sft"
     counts = json.loads((sft / "asl_counts.json").read_text())
     assert counts["asl_verifier_examples"] == 12 and counts["asl_verifier_valid_examples"] == 4
@@ -494,7 +499,7 @@ def test_drawn_prompts_need_the_generator_search(tmp_path, capsys):
     from roleagent.sft.asl_warm_start import main
 
     with pytest.raises(SystemExit):
-        main(["eval", "asl_search_warm", "--data", str(tmp_path), "--drawn"])
+        main(["eval", "asl_search_warm", "--data", str(tmp_path), "--drawn", "--set", "asl.pg_retrieval=false"])
     assert "--drawn shows the generator search results: it needs --set asl.pg_retrieval=true" in capsys.readouterr().err
 
 
@@ -505,13 +510,7 @@ def test_the_recipe_warm_starts_a_grounded_generator(tmp_path):
     ``supported``."""
     pytest.importorskip("bm25s")
     run_dir = tmp_path / "run"
-    cfg = load_config("asl_search_warm", TINY_ASL + [f"run_dir={run_dir}"])
-    assert cfg.asl.pg_retrieval
-    trainer = Trainer(cfg, quiet=True)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
+    assert warm_start(run_dir, []).asl.pg_retrieval
     sft = run_dir / "sft"
     generator = [json.loads(line) for line in (sft / "asl_generator.jsonl").read_text().splitlines()]
     verifier = {json.loads(line)["meta"]["task"] for line in (sft / "asl_verifier.jsonl").read_text().splitlines()}

@@ -87,8 +87,8 @@ class ASLConfig:
     pg_retrieval: bool = setting(
         False,
         "open each prompt-generator meta prompt with the environment's results for a search the framework "
-        "makes (a round-0 topic: the title of a passage drawn from the topic's top asl.pg_retrieval_pool "
-        "passages; a follow-up: the question and its answer), so its answer can be copied from a passage "
+        "makes (a round-0 topic: the title of a passage drawn from the top asl.pg_retrieval_pool passages "
+        "for the topic, or for its asl.pg_topic_queries entry; a follow-up: the question and its answer), so its answer can be copied from a passage "
         "(the paper's PG searches with the policy's tool, Figure 9). Needs an environment with a knowledge "
         "base (search). Off: the PG writes from memory",
     )
