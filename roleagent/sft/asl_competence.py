@@ -160,15 +160,19 @@ def generate(
 
 def summary(label: str, generator: Competence | None, verifier: Competence | None) -> str:
     """One line for the run's log."""
-    parts = []
+    parts, nan = [], float("nan")
     if generator is not None:
         g = generator.metrics
-        gold = g.get("asl_generator/known_gold", float("nan"))
-        parts.append(
+        gold, shown = g.get("asl_generator/known_gold", nan), g.get("asl_generator/supported", nan)
+        line = (
             f"generator parsed {100 * g['asl_generator/parsed']:.1f}%, findable "
             f"{100 * g['asl_generator/findable']:.1f}% of {g['asl_generator/generations']} held-out examples"
-            + (f" (answers gold on {100 * gold:.1f}% of the questions the environment asks)" if gold == gold else "")
         )
+        if gold == gold:
+            line += f" (answers gold on {100 * gold:.1f}% of the questions the environment asks)"
+        if shown == shown:
+            line += f", answers in the search results shown {100 * shown:.1f}%"
+        parts.append(line)
     if verifier is not None:
         v = verifier.metrics
         parts.append(

@@ -35,6 +35,12 @@ pair in the Figures 9-11 output format (no ``<think>``; the system prompt allows
   4 and HARDER ("adding one reasoning hop", Figure 11), the target is the second
   question with answer "lithium"; the reverse pair gives an EASIER example.
 
+With ``asl.pg_retrieval`` each prompt opens with search results (``PG_EVIDENCE``): a
+round-0 example's are those for the title of the question's last supporting passage (for
+the beryllium question, the search for "Beryllium", whose first passage says "Atomic number:
+4"), a follow-up's those the method's query returns; an example whose results lack its
+answer is left out (:func:`generator_examples`).
+
 **Verifier examples** (:func:`verifier_examples`): per question, two GRM prompts (Figure 12:
 the question and a student's answer, and with ``asl.grm_retrieval`` the question's search
 results; the GRM sees no gold answer, as in the method) with
