@@ -30,8 +30,14 @@ rule reward < ASL and frozen GRM < ASL with the seed-level difference ± s.e. an
 test over (seed, question) pairs, ``_stats_table.py``; the rounds), ``curves.png`` (test EM
 against iteration) and ``rounds.png`` (GRM held-out accuracy and the gap per round).
 
-    python benchmarks/bench_asl.py [--seeds 0 1 2] [--rounds 2] [--phase-iterations 1]
-        [--panel 24] [--jobs 1] [--init-from DIR] [--set key=value ...] [--summarize]
+``--recipe asl_search_warm`` runs the arms from the roles' warm start (the generator and the
+GRM taught on the training split's labelled pairs, ``sft.asl_roles``; the policy untaught).
+That warm start is made once, outside the benchmark, and every arm starts from it:
+``--init-from`` is then required, and every run's own SFT is switched off.
+
+    python benchmarks/bench_asl.py [--recipe asl_search] [--seeds 0 1 2] [--rounds 2]
+        [--phase-iterations 1] [--panel 24] [--jobs 1] [--init-from DIR] [--set key=value ...]
+        [--summarize]
 """
 
 from __future__ import annotations
@@ -108,10 +114,10 @@ def read_arm(run_dir: Path, arm: str, seed: int) -> dict | None:
     return result
 
 
-def train_one(*, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
+def train_one(*, recipe: str, arm: str, seed: int, overrides: list[str], out: Path, threads: int) -> dict | None:
     run_dir = out / f"{folder(arm)}_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    train_recipe(RECIPE, [*overrides, *ARMS[arm], f"seed={seed}", "eval.at_start=false"], run_dir, threads)
+    train_recipe(recipe, [*overrides, *ARMS[arm], f"seed={seed}", "eval.at_start=false"], run_dir, threads)
     result = read_arm(run_dir, arm, seed)
     if result is not None:
         print(f"{arm} seed {seed}: {result['after']:.1f}% EM at iteration {result['curve'][-1][0]}", flush=True)
@@ -199,6 +205,7 @@ def summarize(out: Path, arms: list[str], seeds: list[int], header: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default=RECIPE, help="the ASL recipe every arm runs (asl_search_warm: --init-from)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=2, help="ASL rounds of the budget (3 phases each)")
@@ -211,6 +218,10 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="override applied to every run")
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs already in --out")
     args = parser.parse_args()
+    from roleagent.config import load_config
+
+    if load_config(args.recipe).sft.enabled and not args.init_from:
+        parser.error(f"{args.recipe} warm-starts before RL: make that warm start once and pass it as --init-from")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -218,19 +229,21 @@ def main() -> None:
     budget = [f"iterations={3 * args.rounds * p}", f"asl.phase_min_iterations={p}", f"asl.phase_max_iterations={p}",
               f"eval.every={args.eval_every or 3 * p}"]  # fmt: skip
     panel = [f"env.kwargs.qa={write_panel_qa(out)}", "eval.splits=[test]", f"eval.max_tasks={args.panel}"]
-    common = [*args.set, *panel, *budget, *([f"model.init_from={args.init_from}"] if args.init_from else [])]
+    start = [f"model.init_from={args.init_from}", "sft.enabled=false"] if args.init_from else []
+    common = [*args.set, *panel, *budget, *start]
     if not args.summarize:
         if hop_success(out / "warm_start_eval", "before") is None:
             sets = [*common, "asl.enabled=false"]
-            command = ["eval", RECIPE, "--out", str(out / "warm_start_eval"), "--label", "before"]
+            command = ["eval", args.recipe, "--out", str(out / "warm_start_eval"), "--label", "before"]
             run_cli([*command, *[x for s in sets for x in ("--set", s)]], out / "warm_start_eval.log")
         threads = 1 if args.jobs > 1 else 0
         jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]  # seed-major
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(lambda j: train_one(arm=j[0], seed=j[1], overrides=common, out=out, threads=threads), jobs))
+            list(pool.map(lambda j: train_one(recipe=args.recipe, arm=j[0], seed=j[1], overrides=common, out=out,
+                                              threads=threads), jobs))  # fmt: skip
     header = (
         f"ASL vs rule reward on search QA: held-out test panel (first {args.panel} questions, types interleaved, "
-        f"greedy, EM); from `{args.init_from or 'the recipe model'}`; recipe {RECIPE} with --set "
+        f"greedy, EM); from `{args.init_from or 'the recipe model'}`; recipe {args.recipe} with --set "
         f"{' '.join([*args.set, *panel[1:], *budget])}; seeds {args.seeds}"
         + ("" if args.summarize else f"; {(time.perf_counter() - started) / 60:.0f} min in all")
     )

@@ -418,12 +418,13 @@ def test_the_switch_needs_asl_and_is_data_by_itself():
         load_config("asl_search_warm", TINY_ASL + ["sft.asl_roles=false"])
     with pytest.raises(ConfigError, match="sft.asl_questions"):
         load_config("asl_search_warm", TINY_ASL + ["sft.asl_questions=0"])
-    check = TINY_ASL + ["sft.asl_verifier_check=true"]
-    assert load_config("asl_search_warm", check + ["asl.grm_retrieval=true"]).sft.asl_verifier_check
+    shipped = load_config("asl_search_warm", TINY_ASL)
+    assert shipped.sft.asl_verifier_check and shipped.asl.grm_retrieval and shipped.asl.pg_retrieval
+    assert not load_config("asl_search_warm", TINY_ASL + ["sft.asl_verifier_check=false"]).sft.asl_verifier_check
     with pytest.raises(ConfigError, match="needs asl.grm_retrieval"):
-        load_config("asl_search_warm", check)
+        load_config("asl_search_warm", TINY_ASL + ["asl.grm_retrieval=false"])
     with pytest.raises(ConfigError, match="asl.grm_verdicts: free"):
-        load_config("asl_search_warm", check + ["asl.grm_retrieval=true", "asl.grm_verdicts=constrained"])
+        load_config("asl_search_warm", TINY_ASL + ["asl.grm_verdicts=constrained"])
 
 
 def warm_start(run_dir, extra):
@@ -504,9 +505,10 @@ def test_drawn_prompts_need_the_generator_search(tmp_path, capsys):
 
 
 def test_the_recipe_warm_starts_a_grounded_generator(tmp_path):
-    """``asl_search_warm`` as shipped (``asl.pg_retrieval`` on, in-process BM25 over the
-    shipped corpus): the generator's examples open with search results, the questions whose
-    answer they lack are left out (the verifier keeps all), and both measurements report
+    """``asl_search_warm`` as shipped (``asl.pg_retrieval``, ``asl.grm_retrieval`` and
+    ``sft.asl_verifier_check`` on, in-process BM25 over the shipped corpus): the generator's
+    examples open with search results, the questions whose answer they lack are left out (the
+    verifier keeps all, each target checking the evidence first), and both measurements report
     ``supported``."""
     pytest.importorskip("bm25s")
     run_dir = tmp_path / "run"
@@ -516,6 +518,12 @@ def test_the_recipe_warm_starts_a_grounded_generator(tmp_path):
     verifier = {json.loads(line)["meta"]["task"] for line in (sft / "asl_verifier.jsonl").read_text().splitlines()}
     assert generator and {e["meta"]["task"] for e in generator} <= verifier and len(verifier) == 6
     assert all(e["messages"][-2]["content"].startswith("A search of the knowledge base returned:") for e in generator)
+    checks = [json.loads(line) for line in (sft / "asl_verifier.jsonl").read_text().splitlines()]
+    assert all(  # the GRM is shown the question's search results and states its evidence check first
+        "<information>" in e["messages"][-2]["content"]
+        and e["messages"][-1]["content"].startswith("<think>\nThe student's answer is ")
+        for e in checks
+    )
     measured = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     measured = [r for r in measured if "asl_roles" in r]
     assert [r["asl_roles"] for r in measured] == ["base", "sft"]
