@@ -126,7 +126,6 @@ def test_asl_table_rounds_and_reward_hacking_gap(tmp_path):
     assert (tmp_path / "rounds.png").stat().st_size > 0
 
 
-
 def test_asl_bench_needs_the_roles_warm_start_made_once(tmp_path, monkeypatch, capsys):
     """``--recipe asl_search_warm`` trains both roles before RL; the benchmark refuses to make
     that warm start in every arm and asks for it as ``--init-from``."""
@@ -135,6 +134,7 @@ def test_asl_bench_needs_the_roles_warm_start_made_once(tmp_path, monkeypatch, c
         bench_asl.main()
     assert "asl_search_warm warm-starts before RL: make that warm start once" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
 
 def _dump(folder: Path, name: str, hops: list[str]) -> None:
     (folder / "rollouts").mkdir(exist_ok=True)
