@@ -515,10 +515,10 @@ def test_the_recipe_warm_starts_a_grounded_generator(tmp_path):
     assert warm_start(run_dir, []).asl.pg_retrieval
     sft = run_dir / "sft"
     generator = [json.loads(line) for line in (sft / "asl_generator.jsonl").read_text().splitlines()]
-    verifier = {json.loads(line)["meta"]["task"] for line in (sft / "asl_verifier.jsonl").read_text().splitlines()}
+    checks = [json.loads(line) for line in (sft / "asl_verifier.jsonl").read_text().splitlines()]
+    verifier = {e["meta"]["task"] for e in checks}
     assert generator and {e["meta"]["task"] for e in generator} <= verifier and len(verifier) == 6
     assert all(e["messages"][-2]["content"].startswith("A search of the knowledge base returned:") for e in generator)
-    checks = [json.loads(line) for line in (sft / "asl_verifier.jsonl").read_text().splitlines()]
     assert all(  # the GRM is shown the question's search results and states its evidence check first
         "<information>" in e["messages"][-2]["content"]
         and e["messages"][-1]["content"].startswith("<think>\nThe student's answer is ")
