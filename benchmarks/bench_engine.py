@@ -17,9 +17,13 @@ time the embedded architecture on a machine without the GGUF).
   and ``--constrained``: each row restricted to its prompt's admissible commands (the
   engine's token trie), reported as cost per token against free decoding.
 - **transformers generate**: ``model.generate(do_sample=True, min_new_tokens=N)``.
+- ``--decode static compiled``: HFEngine again with each of these ``hf_engine.decode`` paths
+  (:mod:`roleagent.engine.static_decode`; the eager one is the ``HFEngine`` column), each
+  timed after a warm-up call, which is where ``compiled`` compiles for the batch's shapes.
 
 Prints tok/s per decoder and batch, then one line per batch ``HFEngine / plain loop at
-batch B = R`` (the issue's goal: ≥ 0.9 at every batch, on CPU and GPU) and, with
+batch B = R`` (the issue's goal: ≥ 0.9 at every batch, on CPU and GPU; with ``--decode``, one such
+line per path and ``HFEngine D / eager at batch B = R``) and, with
 ``--constrained``, ``constrained / free decode cost per token at batch B = R`` (goal ≤ 1.2;
 the time beyond a one-token call, which is the prefill, per token beyond each row's first)
 and ``command / token greedy time per call at batch B = R`` (``SamplingParams.greedy``:
@@ -27,7 +31,7 @@ whole-command greedy, :mod:`roleagent.engine.command_greedy`, against token gree
 
     python benchmarks/bench_engine.py [--batches 1 16 64] [--new-tokens 32] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--threads N] [--repeats 2] [--constrained] [--weights embedded|random]
-        [--model embedded|FOLDER]
+        [--model embedded|FOLDER] [--decode static compiled]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from roleagent.engine import create_engine
 from roleagent.engine.base import SamplingParams
+from roleagent.engine.static_decode import DECODES, HFEngineConfig
 from roleagent.models.loading import Policy, embedded_model_dir, load_tokenizer
 from roleagent.rollout.actor import actor_messages
 
@@ -166,8 +171,9 @@ def timed(fn, repeats: int) -> tuple[float, int]:
     return best, made
 
 
-def measure_batch(engine, model, states, n: int, generator, args) -> dict[str, tuple[float, int]]:
-    """``{decoder: (best seconds, tokens made)}`` for one batch of ``states``."""
+def measure_batch(engine, model, states, n: int, generator, args, paths=None) -> dict[str, tuple[float, int]]:
+    """``{decoder: (best seconds, tokens made)}`` for one batch of ``states``; ``paths``:
+    ``{decode: engine}``, more HFEngine decode paths (``HFEngine <decode>``)."""
     tokenizer = engine.tokenizer
     pad, batch = tokenizer.pad_token_id, len(states)
     prompts = [engine.encode_chat(messages) for messages, _ in states]
@@ -177,6 +183,10 @@ def measure_batch(engine, model, states, n: int, generator, args) -> dict[str, t
         "HFEngine": timed(lambda: sum(len(g.ids) for g in engine.generate(prompts, params)), args.repeats),
         "transformers generate": timed(lambda: hf_generate(model, prompts, pad, n), args.repeats),
     }
+    for decode, other in (paths or {}).items():
+        result[f"HFEngine {decode}"] = timed(
+            lambda e=other: sum(len(g.ids) for g in e.generate(prompts, params)), args.repeats
+        )
     for name, (_, made) in result.items():
         assert made == batch * n, f"{name} made {made} tokens, expected {batch} x {n}"
     if args.constrained:  # decode cost: time beyond a one-token call (the prefill), per token beyond the first
@@ -213,7 +223,9 @@ def run(args) -> None:
     ban_token(model, tokenizer.eos_token_id)
     name = "smollm2-135m" if args.model == "embedded" else Path(args.model).name
     policy = Policy(model=model, tokenizer=tokenizer, name=f"{name} ({args.weights})")
-    engine = create_engine("hf", policy, max_batch=max(args.batches), max_prompt_tokens=4096)
+    limits = {"max_batch": max(args.batches), "max_prompt_tokens": 4096}
+    engine = create_engine("hf", policy, **limits)
+    paths = {d: create_engine("hf", policy, settings=HFEngineConfig(decode=d), **limits) for d in args.decode}
     generator = torch.Generator(device=args.device).manual_seed(0)
     n = args.new_tokens
     states = [alfworld_prompt(i) for i in range(max(args.batches))]
@@ -223,7 +235,7 @@ def run(args) -> None:
     )
     rows = []
     for batch in args.batches:
-        result = measure_batch(engine, model, states[:batch], n, generator, args)
+        result = measure_batch(engine, model, states[:batch], n, generator, args, paths)
         mean_prompt = sum(len(engine.encode_chat(messages)) for messages, _ in states[:batch]) / batch
         line = ", ".join(f"{name} {made / seconds:,.0f} tok/s" for name, (seconds, made) in result.items())
         print(f"batch {batch:4d} (prompts {mean_prompt:.0f} tokens): {line}")
@@ -231,6 +243,10 @@ def run(args) -> None:
     for batch, result in rows:
         ratio = result["plain loop"][0] / result["HFEngine"][0]
         print(f"HFEngine / plain loop at batch {batch} = {ratio:.2f}")
+        for decode in paths:
+            seconds = result[f"HFEngine {decode}"][0]
+            print(f"HFEngine {decode} / plain loop at batch {batch} = {result['plain loop'][0] / seconds:.2f}")
+            print(f"HFEngine {decode} / eager at batch {batch} = {result['HFEngine'][0] / seconds:.2f}")
     for batch, result in rows:
         if args.constrained:
             ratio = decode_cost(result, "HFEngine constrained", batch) / decode_cost(
@@ -251,6 +267,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--constrained", action="store_true", help="also constrained vs free HFEngine decoding")
     parser.add_argument("--weights", default="embedded", choices=["embedded", "random"])
+    parser.add_argument(
+        "--decode", nargs="*", default=[], choices=[d for d in DECODES if d != "eager"], help="more HFEngine paths"
+    )
     parser.add_argument(
         "--model",
         default="embedded",

@@ -31,6 +31,7 @@ from roleagent.config_rules import check_env, check_fields, check_model_name, ch
 from roleagent.critic_config import CriticConfig
 from roleagent.dynamic_sampling import DynamicSamplingConfig, check_dynamic_sampling
 from roleagent.engine.openai import ServerConfig
+from roleagent.engine.static_decode import HFEngineConfig
 from roleagent.fields import ConfigError, from_dict, setting
 from roleagent.methods.agent_r.config import AgentRConfig
 from roleagent.methods.asl.config import ASLConfig
@@ -227,6 +228,7 @@ class TrainConfig:
     )
     model: ModelConfig = field(default_factory=ModelConfig)
     server: ServerConfig = field(default_factory=ServerConfig)  # model.engine=openai (docs/engines.md)
+    hf_engine: HFEngineConfig = field(default_factory=HFEngineConfig)  # model.engine=hf: its decode path
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -254,12 +256,10 @@ class TrainConfig:
     engine_settings: dict = setting(
         {},
         "settings of a plug-in engine (model.engine=module:Class or an entry point), checked against its "
-        "config_class; the built-in OpenAI-compatible client reads the 'server' section",
+        "config_class; the built-in engines read the 'server' (OpenAI-compatible client) and 'hf_engine' sections",
     )
     method_settings: dict = setting(
-        {},
-        "settings of the methods in 'methods', by method name: each mapping is "
-        "checked against that method's config_class (unknown keys, types)",
+        {}, "settings of the methods in 'methods', by name, each checked against its method's config_class"
     )
 
 
@@ -369,7 +369,7 @@ def validate(cfg: TrainConfig) -> None:
             f"optim.mini_batches={o.mini_batches} exceeds the {episodes} episodes of an iteration "
             f"(rollout.tasks_per_iter * rollout.group_size)"
         )
-    check_rollout(r, cfg.eval)
+    check_rollout(r, cfg.eval, cfg.hf_engine.decode)
     check_dynamic_sampling(cfg)
     if o.micro_batch_tokens < r.max_new_tokens:
         raise ConfigError("optim.micro_batch_tokens must hold at least one generation (rollout.max_new_tokens)")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from roleagent.engine.static_decode import COMPILE_MODES, DECODES
 from roleagent.fields import FOLDER, NONEMPTY, ConfigError, Rule, above, at_least, check_episodes, count, one_of, within
 from roleagent.methods.asl.config import RULES as ASL_RULES
 
@@ -43,6 +44,9 @@ FIELD_RULES: dict[str, Rule] = {
     "server.timeout_s": above(0),
     "server.retries": within(0, 10),
     "server.concurrency": count(1),
+    "hf_engine.decode": one_of(*DECODES),
+    "hf_engine.compile_mode": one_of(*COMPILE_MODES),
+    "hf_engine.cache_bucket": count(1),
     "model.lora_alpha": above(0),
     "model.lora_target": (
         lambda v: (
@@ -329,10 +333,15 @@ def explain(cls: type, prefix: str = "") -> list[str]:
     return lines
 
 
-def check_rollout(r, e) -> None:
-    """Cross-field checks of the ``rollout`` section ``r`` and of the evaluation's decoding
-    (the ``eval`` section ``e``)."""
+def check_rollout(r, e, decode: str = "eager") -> None:
+    """Cross-field checks of the ``rollout`` section ``r``, of the evaluation's decoding
+    (the ``eval`` section ``e``) and of the engine's ``hf_engine.decode``."""
     check_episodes(r)
+    if decode != "eager" and r.prefix_cache_tokens:
+        raise ConfigError(
+            f"hf_engine.decode={decode} keeps no prefix KV between calls: "
+            "set rollout.prefix_cache_tokens=0 or hf_engine.decode=eager"
+        )
     if e.greedy == "command" and not r.constrain_actions:
         raise ConfigError(
             "eval.greedy=command picks the most likely admissible command: it needs rollout.constrain_actions=true"

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_engine  # noqa: E402
 
 from roleagent.engine import create_engine  # noqa: E402
+from roleagent.engine.static_decode import HFEngineConfig  # noqa: E402
 from roleagent.models.loading import Policy, load_tokenizer, tiny_model  # noqa: E402
 
 
@@ -26,12 +27,15 @@ def test_every_decoder_makes_b_times_n_tokens_and_constrained_rows_take_commands
     engine = create_engine("hf", Policy(model=model, tokenizer=tokenizer, name="tiny"), max_batch=3)
     states = [bench_engine.alfworld_prompt(i) for i in range(3)]
     args = SimpleNamespace(repeats=1, constrained=True)
-    result = bench_engine.measure_batch(engine, model, states, 5, torch.Generator().manual_seed(0), args)
+    policy = Policy(model=model, tokenizer=tokenizer, name="tiny")
+    static = {"static": create_engine("hf", policy, settings=HFEngineConfig(decode="static"), max_batch=3)}
+    result = bench_engine.measure_batch(engine, model, states, 5, torch.Generator().manual_seed(0), args, static)
     assert {name: made for name, (_, made) in result.items() if "HFEngine " not in name} == {
         "plain loop": 15,
         "HFEngine": 15,
         "transformers generate": 15,
     }  # measure_batch also asserts it
+    assert result["HFEngine static"][1] == 15
     assert result["HFEngine prefill (1 token)"][1] == 3
     allowed = [[tokenizer.encode(a + "</action>", add_special_tokens=False) for a in adm] for _, adm in states]
     free = bench_engine.SamplingParams(max_new_tokens=20, temperature=bench_engine.TEMPERATURE)

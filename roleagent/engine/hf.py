@@ -6,7 +6,9 @@ ids with their log-probs under the sampling policy, so training never re-tokenis
 We run our own decode loop instead of ``model.generate`` because it lets finished rows
 leave the batch (the KV cache is sliced each time one finishes), checks stop strings per
 row, and draws from a dedicated ``torch.Generator`` so rollouts are reproducible
-independently of other random consumers.
+independently of other random consumers. With ``hf_engine.decode`` static or compiled
+(:mod:`roleagent.engine.static_decode`) the same loop runs on fixed shapes instead: a
+preallocated cache and mask, every row kept to the batch's end, the decode step compiled.
 
 Automatic prefix reuse (``prefix_cache_tokens > 0``; see :mod:`roleagent.engine.prefix_cache`):
 after each call the KV of every row's processed sequence is kept in a bounded LRU store,
@@ -45,19 +47,35 @@ from roleagent.engine.chat import encode_chat, encode_followup
 from roleagent.engine.command_greedy import best_sequences
 from roleagent.engine.constrain import TokenTrie, TrieCursor, sample_rows
 from roleagent.engine.prefix_cache import PrefixCache, PrefixEntry, batch_cache, plain_dynamic, row_kv
+from roleagent.engine.static_decode import DECODES, HFEngineConfig, decode_step, static_advance, static_batch
 from roleagent.models.loading import Policy
 from roleagent.models.precision import autocast_region
 
-__all__ = ["Generation", "HFEngine", "SamplingParams", "encode_chat"]
+__all__ = ["Generation", "HFEngine", "HFEngineConfig", "SamplingParams", "encode_chat"]
 
 
 class HFEngine:
     """Generation and chat encoding for one :class:`Policy` (implements
-    :class:`roleagent.engine.base.Engine`)."""
+    :class:`roleagent.engine.base.Engine`); ``settings``: the ``hf_engine`` section
+    (:mod:`roleagent.engine.static_decode`)."""
+
+    config_class = HFEngineConfig
+    config_section = "hf_engine"  # the config's typed section holding these settings
 
     def __init__(
-        self, policy: Policy, *, max_batch: int = 32, max_prompt_tokens: int = 1024, prefix_cache_tokens: int = 0
+        self,
+        policy: Policy,
+        *,
+        settings: HFEngineConfig | None = None,
+        max_batch: int = 32,
+        max_prompt_tokens: int = 1024,
+        prefix_cache_tokens: int = 0,
     ):
+        self.settings = settings if settings is not None else HFEngineConfig()
+        if self.settings.decode not in DECODES:
+            raise ValueError(f"hf_engine.decode={self.settings.decode!r}: choose one of {', '.join(DECODES)}")
+        if self.settings.decode != "eager" and prefix_cache_tokens > 0:
+            raise ValueError(f"hf_engine.decode={self.settings.decode} keeps no prefix KV: set prefix_cache_tokens=0")
         self.policy = policy
         self.tokenizer = policy.tokenizer
         self.max_batch = max_batch
@@ -76,6 +94,8 @@ class HFEngine:
         # transformers >= 5.x renamed ``past_key_values`` to ``cache`` (input and output).
         base = getattr(policy.model, "get_base_model", lambda: policy.model)()
         forward_args = inspect.signature(base.forward).parameters
+        self._model_config = base.config
+        self._decode = decode_step(self._forward, self.settings)  # the decode steps' forward (compiled or not)
         self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"
         # Only the last position's logits are sampled from: skip the LM head elsewhere (in a
         # prefill of n tokens it is ~20% of SmolLM2-135M's FLOPs and an n x vocab tensor).
@@ -164,6 +184,7 @@ class HFEngine:
         model.eval()
 
         n = len(prompts)
+        static = self.settings.decode != "eager"  # fixed shapes: every row stays, cache and mask preallocated
         step_input, attention, step_positions, cache = self._prefill_inputs(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_logprobs: list[list[float]] = [[] for _ in range(n)]
@@ -173,11 +194,18 @@ class HFEngine:
         limits = [params.max_new_tokens if t is None else t.longest for t in tries]
         truncated = [True] * n
         fed = [None] * n  # generated tokens whose KV the cache holds, when not all but the last
-        alive = list(range(n))  # original row index of each row still in the batch
+        alive = list(range(n))  # original row index of each live row (eager: of each row in the batch)
+        if static:  # filled: the mask's columns in use
+            attention, cache, filled = static_batch(
+                self._model_config, attention, max(limits), self.settings.cache_bucket
+            )
         for step in range(max(limits)):
-            output = self._forward(step_input, attention, step_positions, cache)
+            forward = self._decode if step else self._forward  # the prefill's width varies: never compiled
+            output = forward(step_input, attention, step_positions, cache)
             cache = getattr(output, self._cache_kwarg)
-            logits = output.logits[:, -1, :].float()  # (b, V)
+            logits = output.logits[:, -1, :]  # (b, V); static: (n, V), of which the live rows are sampled
+            rows = torch.tensor(alive, device=device) if static else None
+            logits = (logits if rows is None else logits[rows]).float()  # in alive's order: the eager draws
             allowed = {(row,): cursors[i].allowed() for row, i in enumerate(alive) if cursors[i] is not None}
             tokens, logprobs = self._sample(logits, params, allowed)  # (b,), (b,)
             # one host transfer per step: on a GPU each int(tokens[row]) would wait for the device
@@ -202,32 +230,26 @@ class HFEngine:
                 elif step + 1 < limits[original]:
                     keep.append(row)
             last = not keep
-            leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
-            self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids, fed)
+            if not static:  # the prefix store keeps each leaving row's KV
+                leaving = range(len(alive)) if last else sorted(set(range(len(alive))) - set(keep))
+                self._store_rows(cache, attention, [(r, alive[r]) for r in leaving], prompts, out_ids, fed)
             if last:
                 break
-            if len(keep) < len(alive):  # finished rows leave the batch
-                index = torch.tensor(keep, device=device)
-                _select_cache_rows(cache, index)
-                attention, tokens, step_positions = attention[index], tokens[index], step_positions[index]
-                alive = [alive[row] for row in keep]
-            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=1)  # (b, L+1)
-            step_positions = step_positions[:, -1:] + 1  # (b, 1)
-            step_input = tokens[:, None]  # (b, 1)
+            if static:
+                step_input, step_positions = static_advance(step_input, attention, step_positions, filled, rows, tokens)
+                filled += 1
+            else:
+                step_input, attention, step_positions = _eager_advance(cache, attention, step_positions, tokens, keep)
+            alive = [alive[row] for row in keep]
 
         self.generated_tokens += sum(map(len, out_ids))
         if was_training:
             model.train()
+        decode = self.tokenizer.decode
+        rows = zip(prompts, out_ids, out_logprobs, truncated, tries, out_allowed)
         return [
-            Generation(
-                prompt_ids=list(prompts[i]),
-                ids=out_ids[i],
-                logprobs=out_logprobs[i],
-                text=self.tokenizer.decode(out_ids[i], skip_special_tokens=True),
-                truncated=truncated[i],
-                allowed=None if tries[i] is None else out_allowed[i],
-            )
-            for i in range(n)
+            Generation(list(p), ids, lps, decode(ids, skip_special_tokens=True), cut, None if t is None else seen)
+            for p, ids, lps, cut, t, seen in rows
         ]
 
     def _forward(self, ids, attention, positions, cache, *, every_position: bool = False):
@@ -342,6 +364,17 @@ class HFEngine:
         if len(ids) <= 24:
             text = text.lstrip()
         return any(s in text for s in stop)
+
+
+def _eager_advance(cache, attention: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, keep: list[int]):
+    """The next step's (b', 1) input, mask and positions of an eager batch: the rows not
+    in ``keep`` leave it (their cache rows are dropped), the mask grows by one column."""
+    if len(keep) < len(tokens):
+        index = torch.tensor(keep, device=tokens.device)
+        _select_cache_rows(cache, index)
+        attention, tokens, positions = attention[index], tokens[index], positions[index]
+    attention = torch.cat([attention, attention.new_ones((len(keep), 1))], dim=1)  # (b', L+1)
+    return tokens[:, None], attention, positions[:, -1:] + 1
 
 
 def _select_cache_rows(cache, index: torch.Tensor) -> None:
