@@ -298,6 +298,10 @@ def test_verification_pairs_by_hand():
         ("Capital of Rome's country?", "rome", 1),
         ("Capital of Rome's country?", "Paris", 0),
     ]
+    tasks.append(Task("t4", "x", {}, "eval", {"question": "Capital of Switzerland?", "answers": ["Bern"]}))
+    spread = [(r["question"], r["response"], r["label"]) for r in verification_pairs(tasks, None, 2, spread=True)]
+    assert spread == [got[0], got[1], got[3], ("Capital of Rome's country?", "Bern", 0)]  # the 1st and 3rd of 4
+    assert verification_pairs(tasks, None, 9, spread=True) == verification_pairs(tasks, None, 9)
 
 
 def test_round_files_cut_back_to_the_checkpoint(tmp_path):

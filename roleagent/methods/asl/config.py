@@ -63,8 +63,8 @@ class ASLConfig:
     injection_examples: int = setting(32, "real verification examples injected per round (half correct, half wrong)")
     grm_eval_questions: int = setting(
         32,
-        "GRM accuracy per round on held-out questions with gold answers (eval split): each gives one "
-        "correct and one wrong pair; 0 = off",
+        "GRM accuracy per round on held-out questions with gold answers (eval split, evenly spaced over "
+        "it): each gives one correct and one wrong pair; 0 = off",
     )
     pg_max_new_tokens: int = setting(256, "token limit of one generated question-answer turn")
     grm_max_new_tokens: int = setting(256, "token limit of one GRM judgement")

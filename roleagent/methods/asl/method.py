@@ -349,7 +349,9 @@ class ASLMethod(Method):
         ctx, cfg = self.context, self.config
         if self._grm_eval is None:
             env = ctx.pool.meta
-            self._grm_eval = verification_pairs(env.tasks(ctx.cfg.env.eval_split), env, cfg.grm_eval_questions)
+            self._grm_eval = verification_pairs(
+                env.tasks(ctx.cfg.env.eval_split), env, cfg.grm_eval_questions, spread=True
+            )
         records = self._grm_eval
         judged = self._judge([(r["question"], r["response"]) for r in records], temperature=0.0)
         rows = [{**r, "verdict": v, "text": text} for r, (text, v) in zip(records, judged)]

@@ -231,18 +231,23 @@ def question_of(task: Task, env: Any) -> str:
     return str(info.get("instruction", ""))
 
 
-def verification_pairs(tasks: Sequence[Task], env: Any, n: int) -> list[dict]:
-    """Verification records from the first ``n`` questions with gold answers: the gold
-    answer labelled correct (1) and the next such question's gold answer labelled wrong
-    (0), skipped when the two normalise to the same text. The paper's verify set takes its
-    wrong answers from GPT-4o-mini; no such model is here.
+def verification_pairs(tasks: Sequence[Task], env: Any, n: int, *, spread: bool = False) -> list[dict]:
+    """Verification records from the first ``n`` questions with gold answers (``spread``:
+    ``n`` evenly spaced over them, the k-th at index ⌊k·len/n⌋): the gold answer labelled
+    correct (1) and the next such question's gold answer labelled wrong (0), skipped when
+    the two normalise to the same text. The paper's verify set takes its wrong answers from
+    GPT-4o-mini; no such model is here. A measurement spreads: a split lists each entity's
+    questions together, so its first 8 questions are about 2 entities.
 
-    Example: questions q0 (gold "Paris"), q1 ("Rome"), q2 ("Oslo") with n = 2 →
-    (q0, Paris, 1), (q0, Rome, 0), (q1, Rome, 1), (q1, Oslo, 0).
+    Example: questions q0 (gold "Paris"), q1 ("Rome"), q2 ("Oslo"), q3 ("Bern") with n = 2 →
+    (q0, Paris, 1), (q0, Rome, 0), (q1, Rome, 1), (q1, Oslo, 0); spread: q0 and q2, so the
+    last two are (q2, Oslo, 1), (q2, Bern, 0).
     """
     golden = [t for t in tasks if t.metadata.get("answers")]
+    chosen = [k * len(golden) // n for k in range(n)] if spread and n < len(golden) else range(min(n, len(golden)))
     records = []
-    for index, task in enumerate(golden[:n]):
+    for index in chosen:
+        task = golden[index]
         question = question_of(task, env)
         right = str(task.metadata["answers"][0])
         wrong = str(golden[(index + 1) % len(golden)].metadata["answers"][0])
