@@ -246,10 +246,10 @@ class HFEngine:
         if was_training:
             model.train()
         decode = self.tokenizer.decode
-        rows = zip(prompts, out_ids, out_logprobs, truncated, tries, out_allowed)
+        outputs = zip(prompts, out_ids, out_logprobs, truncated, tries, out_allowed)
         return [
             Generation(list(p), ids, lps, decode(ids, skip_special_tokens=True), cut, None if t is None else seen)
-            for p, ids, lps, cut, t, seen in rows
+            for p, ids, lps, cut, t, seen in outputs
         ]
 
     def _forward(self, ids, attention, positions, cache, *, every_position: bool = False):

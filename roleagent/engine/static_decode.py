@@ -22,12 +22,13 @@ is masked, so it adds exp(-inf) = 0 to every softmax). ``tests/test_engine_stati
 compares tokens and log-probs, sampled and greedy, constrained and free.
 
 Cost: the eager loop's step reads a cache of the positions filled so far, for the rows
-still alive; the static step reads all L positions for all B rows. The static path wins
-where the per-step host work dominates (a GPU at small and medium batch: the issue
-"Episodes an order of magnitude cheaper" measured ~35 ms per eager step at batch 1 on an
-H200, kernel launches and Python) and loses where rows finish at very different times.
-The prefix-KV store (``rollout.prefix_cache_tokens``) is eager-only: it keeps and grafts
-dynamic per-row caches.
+still alive; the static step reads all L positions for all B rows. Fixed shapes pay where
+the per-step host work dominates and cost where it does not, or where rows finish at very
+different times. On the 2-core CPU (``benchmarks/RESULTS.md``, "Engine decoding speed"),
+compiled / eager was 1.27 at batch 1 and 0.87 at batch 16. The paths are meant for GPUs,
+where the issue "Episodes an order of magnitude cheaper" measured the eager step as host
+bound (~35 ms at batch 1 on an H200); not measured there yet. The prefix-KV store
+(``rollout.prefix_cache_tokens``) is eager-only: it keeps and grafts dynamic per-row caches.
 """
 
 from __future__ import annotations
