@@ -154,3 +154,26 @@ def test_a_seeded_training_run_is_the_same_run_with_static_decoding(tmp_path):
         for key in a:
             same = a[key] == b[key] or (key.startswith("update/") and abs(a[key] - b[key]) < 1e-5)
             assert same, (key, a[key], b[key])
+
+
+def test_the_compiled_step_sees_lora_weights_and_their_updates():
+    """A LoRA policy, then an optimizer step between two calls of one compiled engine: each
+    call generates what a fresh eager engine generates with the weights of that moment."""
+    pytest.importorskip("torch._inductor")
+    from tests.test_engine_prefix_cache import _lora_policy
+
+    policy = _lora_policy()
+    compiled = HFEngine(policy, settings=HFEngineConfig(decode="compiled", cache_bucket=16))
+    prompts = _prompts(compiled, 3)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    before = None
+    for _ in range(2):
+        ref, _ = _generate(policy, "eager", prompts, params, seed=3)
+        compiled.seed(3)
+        _assert_same(compiled.generate(prompts, params), ref)
+        assert before is None or [g.ids for g in ref] != before  # the step changed what is generated
+        before = [g.ids for g in ref]
+        trained = [p for p in policy.model.parameters() if p.requires_grad]
+        for p in trained:
+            p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()))
+        torch.optim.SGD(trained, lr=1.0).step()
