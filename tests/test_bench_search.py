@@ -182,3 +182,58 @@ def test_search_table_counts_and_paired_tests_per_hop(tmp_path):
     )
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["start"]["1-hop"] == {"successes": 1, "episodes": 2, "outcomes": [True, False]}
+
+
+def test_fresh_panel_starts_after_the_used_questions_and_tests_per_game(tmp_path):
+    import gzip
+
+    import bench_fresh_panel as fresh
+
+    used = bench_search.write_panel_qa(tmp_path)
+    left = fresh.fresh_panel_qa(used, tmp_path / "fresh.jsonl.gz", 48)
+    rows = [json.loads(line) for line in gzip.open(used, "rt")]
+    again = [json.loads(line) for line in gzip.open(tmp_path / "fresh.jsonl.gz", "rt")]
+    test = [r["id"] for r in rows if r["split"] == "test"]
+    assert [r["id"] for r in again if r["split"] == "test"] == test[48:] == left
+    assert [r["id"] for r in again if r["split"] == "panel_used"] == test[:48]
+    assert [r["id"] for r in again if r["split"] == "train"] == [r["id"] for r in rows if r["split"] == "train"]
+    # run folders: arms by bench_asl's folder names, seeds in order, only runs with a checkpoint
+    for name in ("rule_reward_em_seed1", "rule_reward_em_seed0", "asl_seed0", "asl_seed1"):
+        (tmp_path / name / "checkpoints").mkdir(parents=True)
+        if name != "asl_seed1":
+            (tmp_path / name / "checkpoints" / "latest").write_text("iter_000001")
+    runs = fresh.discover_runs(tmp_path, ["Rule reward (EM)", "ASL"])
+    assert {a: [p.name for p in r] for a, r in runs.items()} == {
+        "asl": ["asl_seed0"],
+        "rule_reward_em": ["rule_reward_em_seed0", "rule_reward_em_seed1"],
+    }
+    assert list(fresh.discover_runs(tmp_path, ["ASL"])) == ["asl"]
+    # six games: the start solved game 0; both seeds solve games 1-5, one seed loses game 0
+    start = [True, False, False, False, False, False]
+    seeds = [[True, True, True, True, True, True], [False, True, True, True, True, True]]
+    text = fresh.tables(start, ["a", "a", "a", "b", "b", "b"], {"rule": seeds}, "header")
+    assert "| rule | 2 | 1/6 = 16.7% [3.0, 56.4] | 11/12 = 91.7% [64.6, 98.5] |" in text
+    assert "b=1 c=10 of 12, p=0.0117: gain" in text  # McNemar over (seed, game) pairs
+    # per game: d = -0.5, 1, 1, 1, 1, 1 (sum 4.5): |sum| >= 4.5 only when the five 1s share a
+    # sign, whatever the -0.5's: 4 of 64 sign vectors. The pooled pairs said "gain"; the games do not
+    assert "+75.0 points, 5 up 1 down of 6, p=0.0625: unresolved" in text
+    assert "| b | 3 | 0/3 = 0.0% [0.0, 56.1] | 6/6 = 100.0% [61.0, 100.0] |" in text
+
+
+def test_fresh_panel_refuses_an_evaluation_of_other_questions(tmp_path):
+    import bench_fresh_panel as fresh
+
+    def evaluation(ids: list[str], outcomes: list[int]) -> Path:
+        out = tmp_path / "-".join(ids)
+        (out / "rollouts").mkdir(parents=True)
+        record = {"eval": fresh.LABEL, "split": "test", "eval/outcomes": outcomes}
+        (out / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+        dump = [{"task_id": i, "metadata": {"question_type": i.split("/")[0]}} for i in ids]
+        (out / "rollouts" / f"eval_{fresh.LABEL}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dump))
+        return out
+
+    played = evaluation(["a/1", "b/2"], [1, 0])
+    assert fresh.outcomes_by_type(played, ["a/1", "b/2"]) == ([True, False], ["a", "b"])
+    for games in (["b/2", "a/1"], ["a/1", "b/2", "c/3"], ["a/1"]):  # another order, more, fewer
+        with pytest.raises(RuntimeError, match="not an evaluation of the fresh panel"):
+            fresh.outcomes_by_type(played, games)
