@@ -182,7 +182,7 @@ def main() -> None:
     )
     text = tables(start, types, arms, header)
     (out / "table.md").write_text(text)
-    (out / "results.json").write_text(json.dumps({"start": start, "types": types, "arms": arms}))
+    (out / "results.json").write_text(json.dumps({"games": games, "types": types, "start": start, "arms": arms}))
     print(text)
 
 
