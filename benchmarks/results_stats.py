@@ -1,10 +1,10 @@
 """The counts, 95 % Wilson intervals and verdicts of the method comparisons in
 ``benchmarks/RESULTS.md``, from the run files committed beside it (``learning_cpu.json``,
 ``learning_h100.json``, ``search_cpu.json``, ``asl_cpu.json``,
-``agent_r_textcraft_cpu.json``) and, for the BFCL, prompting and main-job tables, from the
-counts RESULTS.md states.
+``agent_r_textcraft_cpu.json``, ``asl_p2_fresh_cpu.json``) and, for the BFCL, prompting and
+main-job tables, from the counts RESULTS.md states.
 
-These runs predate per-game outcomes (``eval/outcomes``): a count is success % × the panel
+These runs, except the fresh-panel replay's, predate per-game outcomes (``eval/outcomes``): a count is success % × the panel
 size the text gives (:func:`_stats_table.from_percent`; no crashed episode), and a game's
 outcome is known only where every game of an evaluation failed or every one succeeded.
 The tables are the benchmarks' own (``table`` of each script, the same code as their
@@ -21,6 +21,7 @@ from pathlib import Path
 import _stats_table as st
 import bench_agent_r
 import bench_asl
+import bench_fresh_panel
 import bench_learning
 import bench_search
 
@@ -77,6 +78,17 @@ def agent_r() -> str:
     )
 
 
+def fresh() -> str:
+    """``bench_fresh_panel``'s tables of the ASL runs from P2, from its recorded outcomes:
+    the 24-iteration rule arm alone, then the 12-iteration arms against each other."""
+    saved = load("asl_p2_fresh_cpu.json")
+    runs, start, types = saved["runs"], saved["start"], saved["types"]
+    header = f"asl_p2_fresh_cpu.json: {saved['panel']}"
+    rule = {"Rule reward (EM), 24 iterations": runs["Rule reward (EM), 24 iterations"]}
+    twelve = {arm: outcomes for arm, outcomes in runs.items() if arm.endswith(", 12 iterations")}
+    return bench_fresh_panel.tables(start, types, rule, header) + "\n" + bench_fresh_panel.tables(start, types, twelve, "")
+
+
 def stated() -> str:
     """The tables whose counts RESULTS.md states: one run (or one policy) per row."""
     rows = [  # (table, first row -> second row, first (successes, games), second (successes, games))
@@ -108,6 +120,7 @@ def main() -> None:
         "The search table": search(),
         "ASL vs the rule reward": asl(),
         "Agent-R on TextCraft": agent_r(),
+        "The rule reward and ASL on a fresh search panel": fresh(),
         "Counts stated in RESULTS.md": stated(),
     }
     for title, text in sections.items():
