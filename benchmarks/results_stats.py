@@ -86,7 +86,8 @@ def fresh() -> str:
     header = f"asl_p2_fresh_cpu.json: {saved['panel']}"
     rule = {"Rule reward (EM), 24 iterations": runs["Rule reward (EM), 24 iterations"]}
     twelve = {arm: outcomes for arm, outcomes in runs.items() if arm.endswith(", 12 iterations")}
-    return bench_fresh_panel.tables(start, types, rule, header) + "\n" + bench_fresh_panel.tables(start, types, twelve, "")
+    first = bench_fresh_panel.tables(start, types, rule, header)
+    return first + "\n" + bench_fresh_panel.tables(start, types, twelve, "")
 
 
 def stated() -> str:
