@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=48, help="test questions the benchmark's panel used")
     parser.add_argument("--panel", type=int, default=0, help="fresh questions to play (0: every one left)")
     parser.add_argument("--arms", nargs="+", help="arms to replay (default: every run folder)")
-    parser.add_argument("--jobs", type=int, default=1, help="evaluations at a time (one thread each when > 1)")
+    parser.add_argument("--jobs", type=int, default=1, help="evaluations at once (> 1: one thread each)")
     parser.add_argument("--start-eval", type=Path, help="reuse this evaluation of the start on the same fresh panel")
     parser.add_argument("--summarize", action="store_true", help="only rebuild the tables")
     args = parser.parse_args()
@@ -166,7 +166,7 @@ def main() -> None:
         outcomes_by_type(args.start_eval, games)  # another benchmark's fresh panel: the same questions?
         (out / "start").symlink_to(args.start_eval.resolve(), target_is_directory=True)
     sets = [f"env.kwargs.qa={out / 'panel_qa.jsonl.gz'}", f"eval.max_tasks={args.panel}"]
-    sets += ["threads=1"] if args.jobs > 1 else []
+    sets.append(f"threads={1 if args.jobs > 1 else 0}")  # 0: every core (the runs' configs may say 1)
     first = next(iter(runs.values()))[0]
     jobs = [([str(first / "config.yaml")], out / "start",
              [f"model.init_from={args.start}", "sft.enabled=false", "asl.enabled=false"])]  # fmt: skip

@@ -4,9 +4,10 @@
 ``agent_r_textcraft_cpu.json``, ``asl_p2_fresh_cpu.json``) and, for the BFCL, prompting and
 main-job tables, from the counts RESULTS.md states.
 
-These runs, except the fresh-panel replay's, predate per-game outcomes (``eval/outcomes``): a count is success % × the panel
-size the text gives (:func:`_stats_table.from_percent`; no crashed episode), and a game's
-outcome is known only where every game of an evaluation failed or every one succeeded.
+These runs, except the fresh-panel replay's, predate per-game outcomes (``eval/outcomes``):
+a count is success % × the panel size the text gives (:func:`_stats_table.from_percent`;
+no crashed episode), and a game's outcome is known only where every game of an evaluation
+failed or every one succeeded.
 The tables are the benchmarks' own (``table`` of each script, the same code as their
 ``--summarize``), fed with these counts::
 
