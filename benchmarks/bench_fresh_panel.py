@@ -42,7 +42,7 @@ import _stats_table as st
 from bench_asl import folder
 from bench_learning import run_cli
 
-from roleagent.stats import format_rate, paired_rate_test
+from roleagent.stats import paired_rate_test
 
 LABEL = "fresh"
 
@@ -110,8 +110,8 @@ def per_game(runs: list[list[bool | None]]) -> list[tuple[int, int]]:
 
 
 def pooled_cell(runs: list[list[bool | None]], keep: list[bool]) -> str:
-    games = [(k, n) for (k, n), kept in zip(per_game(runs), keep) if kept]
-    return format_rate(sum(k for k, _ in games), sum(n for _, n in games))
+    """The kept games' count over the runs (seeds), with its 95 % interval."""
+    return st.rate_cell([st.subset(st.panel_evaluation({"eval/outcomes": r}), keep) for r in runs])
 
 
 def rate_test(before: list[tuple[int, int]], after: list[tuple[int, int]], keep: list[bool]) -> str:
