@@ -31,7 +31,7 @@ from dataclasses import replace
 from roleagent.config import load_config
 from roleagent.envs.workers import EnvPool
 from roleagent.methods.role_agent.aiw.agent_in_world import AgentInWorld
-from roleagent.sft.analyst import read_failures
+from roleagent.sft.failures import read_failures
 from roleagent.types import Trajectory
 
 ARMS = ("tasks:3", "modes:1")  # UNIT:TOP_K: the default task retrieval, and one mode per failure

@@ -160,6 +160,7 @@ FIELD_RULES: dict[str, Rule] = {
     "aiw.retriever": one_of("policy", "llm", "bm25", "embedding"),
     "aiw.candidates": count(1),
     "aiw.prefilter": one_of("hybrid", "bm25", "type"),
+    "aiw.candidate_entry": one_of("lesson", "query"),
     "aiw.top_k": count(1),
     "aiw.retrieve_unit": one_of("tasks", "modes"),
     "aiw.mode_tasks": count(1),

@@ -39,9 +39,9 @@ from roleagent.sft.analyst import (
     competence,
     lesson,
     one_based,
-    per_game,
 )
 from roleagent.sft.data import check_example, encode_example
+from roleagent.sft.failures import per_game
 from roleagent.trainer import Trainer
 from roleagent.types import Step, Task, Trajectory
 

@@ -339,61 +339,24 @@ def env_taxonomy(cfg) -> tuple[str, ...]:
     return tuple(env_class(factory_of(cfg.env.name)).failure_taxonomy)
 
 
-def read_failures(paths: Sequence[str]) -> list[Trajectory]:
-    """The failed, uncrashed episodes of rollout JSONL files, in file order."""
-    import json
-    from pathlib import Path
-
-    rows = [Trajectory.from_json(json.loads(x)) for p in paths for x in Path(p).read_text().splitlines() if x.strip()]
-    return [t for t in rows if not t.success and not t.crashed]
-
-
-def per_game(examples: Sequence[ChatExample], n: int) -> list[ChatExample]:
-    """At most ``n`` examples of each game (``meta["task"]``; 0: all), its failure types
-    (``meta["label"]``) taken in turn in first-seen order: a game with labels a a a b and
-    n = 3 keeps a b a."""
-    if n <= 0:
-        return list(examples)
-    games: dict[str, dict[str, list[ChatExample]]] = {}
-    for x in examples:
-        games.setdefault(x.meta["task"], {}).setdefault(x.meta["label"], []).append(x)
-    out = []
-    for labels in games.values():
-        queues, kept, depth = list(labels.values()), [], 0
-        while len(kept) < n and any(depth < len(q) for q in queues):
-            kept += [q[depth] for q in queues if depth < len(q)][: n - len(kept)]
-            depth += 1
-        out += kept
-    return out
-
-
 def write_data(cfg, rollouts, valid_rollouts, out, *, valid_games: int, per_game_cap=0, fits=None) -> dict[str, int]:
     """The ``data`` command (:data:`USAGE`; ``fits``: the engine's prompt limit): the counts written."""
     from pathlib import Path
 
-    import numpy as np
-
     from roleagent.envs.workers import EnvPool
     from roleagent.sft.data import write_examples
+    from roleagent.sft.failures import per_game, split_failures
 
-    train, valid = read_failures(rollouts), read_failures(valid_rollouts)
-    games = sorted({t.task.id for t in train} - {t.task.id for t in valid})
-    if not 0 <= valid_games < len(games):
-        raise ValueError(f"--valid-games={valid_games}: the rollouts have {len(games)} games (keep at least one)")
-    held = {games[i] for i in np.random.default_rng(cfg.seed).permutation(len(games))[:valid_games]}
-    held |= {t.task.id for t in valid}
     e = cfg.env
     with EnvPool(e.name, e.kwargs, slots=1, processes=False) as pool:
-        known = {t.id: t for s in sorted({t.task.split for t in train + valid}) for t in pool.meta.tasks(s)}
-        for t in train + valid:
-            t.task = known.get(t.task.id, t.task)  # with its payload: the env finds the game's ground truth
+        failures, held, games = split_failures(pool, cfg.seed, rollouts, valid_rollouts, valid_games)
         taxonomy = pool.meta.failure_taxonomy
-        made = analyst_examples(train + valid, taxonomy, cfg.aiw, diagnose=pool.diagnose, fits=fits)
+        made = analyst_examples(failures, taxonomy, cfg.aiw, diagnose=pool.diagnose, fits=fits)
     made = per_game(made, per_game_cap)
     parts = {"analyst.jsonl": [x for x in made if x.meta["task"] not in held]}
     parts["analyst_valid.jsonl"] = [x for x in made if x.meta["task"] in held]
     counts = {name: write_examples(Path(out) / name, part) for name, part in parts.items()}
-    return {**counts, "failures": len(train) + len(valid), "games": len(games), "held_out_games": len(held)}
+    return {**counts, "failures": len(failures), "games": games, "held_out_games": len(held)}
 
 
 if __name__ == "__main__":

@@ -72,6 +72,14 @@ class SFTConfig:
         "sft.analyst: further training games (never SFT data, never a panel game) whose failures measure "
         "the analyst before and after SFT (aiw_analyst/* metrics); 0 = no measurement",
     )
+    retriever: bool = setting(
+        False,
+        "also warm-start the Agent-In-World retriever (roleagent.sft.retriever): the failures of "
+        "sft.analyst's training games are filed as a library, and each of them becomes one more example, the "
+        "Figure-9 selection prompt over its candidates (shuffled) with the most relevant ones (same rule "
+        "failure type, then same kind of task) as target; the failures of its held-out games measure the "
+        "retriever before and after SFT (aiw_retriever/* metrics); needs sft.analyst and aiw.retriever: policy",
+    )
     judge: bool = setting(
         False,
         "also warm-start the Agent-R judge (roleagent.sft.judge, roleagent.sft.judge_stage): after the expert "
@@ -126,6 +134,10 @@ def check_warm_start(cfg) -> None:
     if sft.analyst and not (cfg.aiw.enabled and cfg.aiw.analyst == "policy"):
         raise ConfigError(
             "sft.analyst needs aiw.enabled with aiw.analyst: policy (the policy is the analyst it trains)"
+        )
+    if sft.retriever and not (sft.analyst and cfg.aiw.retriever == "policy"):
+        raise ConfigError(
+            "sft.retriever needs sft.analyst (its failures) and aiw.retriever: policy (the policy is the retriever)"
         )
     if sft.judge and not cfg.agent_r.enabled:
         raise ConfigError("sft.judge needs agent_r.enabled (its tree search and judge settings)")

@@ -16,7 +16,10 @@
    ``sft.analyst_eval_tasks`` held-out ones (never SFT data), and their failures become the
    Agent-In-World analyst's examples (``analyst.jsonl``, ``analyst_valid.jsonl``,
    ``roleagent.sft.analyst``), the held-out ones measured before and after SFT
-   (``aiw_analyst/*`` records, kept in ``analyst_evals.json``);
+   (``aiw_analyst/*`` records, kept in ``analyst_evals.json``); with ``sft.retriever`` the
+   same failures also become the retriever's examples (``retriever.jsonl``,
+   ``retriever_valid.jsonl``, ``roleagent.sft.retriever``: the training failures are its
+   library), measured likewise (``aiw_retriever/*``, ``retriever_evals.json``);
 3. fine-tune a copy of the base (LoRA of rank ``model.lora_rank``, or all weights) into
    ``run_dir/sft`` (``roleagent.sft.train``, resumable per epoch);
 4. put the fine-tuned weights under the RL policy's fresh adapters, so the KL reference
@@ -35,17 +38,21 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from roleagent.engine.chat import prompt_fits
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config, sft_info
 from roleagent.rollout import run_episodes
 from roleagent.sft import analyst as analyst_sft
+from roleagent.sft import retriever as retriever_sft
 from roleagent.sft.asl_warm_start import EVALS as ASL_EVALS
 from roleagent.sft.asl_warm_start import measure_asl_roles
 from roleagent.sft.asl_warm_start import train_examples as asl_train_examples
 from roleagent.sft.data import encode_example, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
+from roleagent.sft.failures import diagnosed
 from roleagent.sft.judge_stage import judge_warm_start, judge_weights
 from roleagent.sft.predictor import encode_predictor, predictor_competence, predictor_examples, summary
 from roleagent.sft.sources import format_eos, read_examples
@@ -53,6 +60,7 @@ from roleagent.sft.train import final_dir, is_finished, train_sft
 
 PREDICTOR_TRAIN, PREDICTOR_VALID, PREDICTOR_EVALS = "predictor.jsonl", "predictor_valid.jsonl", "predictor_evals.json"
 ANALYST_TRAIN, ANALYST_VALID, ANALYST_EVALS = "analyst.jsonl", "analyst_valid.jsonl", "analyst_evals.json"
+RETRIEVER_TRAIN, RETRIEVER_VALID = "retriever.jsonl", "retriever_valid.jsonl"
 
 
 def sft_dir(cfg) -> Path:
@@ -84,8 +92,9 @@ def warm_start(trainer) -> None:
         _measure_predictor(trainer, "base", out)
     if not (trainer.init_from == final and "base" not in _saved(out, ASL_EVALS)):
         measure_asl_roles(trainer, "base", out)
-    if not (trainer.init_from == final and "base" not in _saved(out, ANALYST_EVALS)):
-        _measure_analyst(trainer, "base", out)
+    for role in ROLES:
+        if not (trainer.init_from == final and "base" not in _saved(out, ROLES[role].evals)):
+            _measure_role(trainer, role, "base", out)
     if not is_finished(out):
         with trainer.memory.phase("sft"):  # the expert's play and the fine-tuning
             run_sft(trainer, out)
@@ -102,7 +111,8 @@ def warm_start(trainer) -> None:
         _evaluate(trainer, "sft", out)
     _measure_predictor(trainer, "sft", out)
     measure_asl_roles(trainer, "sft", out)
-    _measure_analyst(trainer, "sft", out)
+    for role in ROLES:
+        _measure_role(trainer, role, "sft", out)
 
 
 def collect_examples(trainer, out: Path) -> list:
@@ -117,8 +127,9 @@ def collect_examples(trainer, out: Path) -> list:
             examples += read_examples(out / PREDICTOR_TRAIN)
     if cfg.sft.analyst:
         play_analyst_data(trainer, out)
-        if (out / ANALYST_TRAIN).stat().st_size:
-            examples += read_examples(out / ANALYST_TRAIN)
+        for name in (ANALYST_TRAIN, RETRIEVER_TRAIN) if cfg.sft.retriever else (ANALYST_TRAIN,):
+            if (out / name).stat().st_size:
+                examples += read_examples(out / name)
     if cfg.sft.data:
         examples += read_examples(cfg.sft.data, eos=format_eos(cfg))
     if cfg.sft.asl_roles:
@@ -162,9 +173,11 @@ def play_analyst_data(trainer, out: Path) -> None:
     """Let the base policy play ``sft.analyst_episodes`` episodes of each of
     ``sft.analyst_tasks`` training games (the first of :func:`expert_tasks`' order) and of
     ``sft.analyst_eval_tasks`` held-out games (after every game the expert plays, so never
-    SFT data), unless their files are written; their failures become analyst examples."""
+    SFT data), unless their files are written; their failures become analyst examples, and
+    with ``sft.retriever`` retriever examples over the training games' failures."""
     cfg, sft = trainer.cfg, trainer.cfg.sft
-    if (out / ANALYST_TRAIN).exists() and (out / ANALYST_VALID).exists():
+    names = [ANALYST_TRAIN, ANALYST_VALID] + ([RETRIEVER_TRAIN, RETRIEVER_VALID] if sft.retriever else [])
+    if all((out / name).exists() for name in names):
         return
     exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
     start = max(sft.expert_tasks + (sft.predictor_eval_tasks if sft.predictor else 0), sft.analyst_tasks)
@@ -173,42 +186,70 @@ def play_analyst_data(trainer, out: Path) -> None:
     if held_out < sft.analyst_eval_tasks:
         _warn(f"sft.analyst_eval_tasks={sft.analyst_eval_tasks}: only {held_out} training games left for it")
     tasks = expert_tasks(trainer.train_tasks, min(start, room) + held_out, seed=cfg.seed, exclude=exclude)
-    counts = {}
+    counts, failures = {}, {}
+    taxonomy, fits = trainer.pool.meta.failure_taxonomy, prompt_fits(trainer.engine)
     for name, games in ((ANALYST_TRAIN, tasks[: sft.analyst_tasks]), (ANALYST_VALID, tasks[start:])):
         jobs = [(t, cfg.seed + k) for t in games for k in range(sft.analyst_episodes)]
         played = run_episodes(engine=trainer.engine, pool=trainer.pool, jobs=jobs, settings=trainer.settings)[0]
-        made = analyst_sft.analyst_examples(
-            played,
-            trainer.pool.meta.failure_taxonomy,
-            cfg.aiw,
-            diagnose=trainer.pool.diagnose,
-            fits=prompt_fits(trainer.engine),
-        )
+        made = analyst_sft.analyst_examples(played, taxonomy, cfg.aiw, diagnose=trainer.pool.diagnose, fits=fits)
+        failures[name] = diagnosed(played, trainer.pool.diagnose) if sft.retriever else []
         key = name.removesuffix(".jsonl")
         counts[key + "_episodes"], counts[key + "_examples"] = len(played), write_examples(out / name, made)
+    if sft.retriever:
+        parts = retriever_sft.make_examples(failures[ANALYST_TRAIN], failures[ANALYST_VALID], taxonomy, cfg.aiw,
+                                            out / "retriever_memory.sqlite", seed=cfg.seed, fits=fits)  # fmt: skip
+        for name in (RETRIEVER_TRAIN, RETRIEVER_VALID):
+            counts[name.removesuffix(".jsonl") + "_examples"] = write_examples(out / name, parts[name])
     (out / "analyst_counts.json").write_text(json.dumps(counts))
 
 
-def _measure_analyst(trainer, label: str, out: Path) -> None:
-    """The analyst's held-out competence (``roleagent.sft.analyst``) as policy ``label``,
-    measured once: a ``{"analyst": label, "aiw_analyst/...": ...}`` record in
-    ``metrics.jsonl`` and a line in the log."""
-    cfg = trainer.cfg
-    if not (cfg.sft.analyst and cfg.sft.analyst_eval_tasks > 0):
+@dataclass(frozen=True)
+class Role:
+    """An Agent-In-World role's held-out measure (switched by ``sft.<role>``, recorded as
+    ``{"<role>": label, "aiw_<role>/...": ...}``): its held-out data, its record file, its
+    competence and its log line (``roleagent.sft.analyst``, ``roleagent.sft.retriever``)."""
+
+    valid: str
+    evals: str
+    measure: Callable
+    summary: Callable
+
+
+ROLES = {
+    "analyst": Role(
+        ANALYST_VALID,
+        ANALYST_EVALS,
+        lambda trainer, valid: analyst_sft.analyst_competence(
+            trainer.engine, valid, trainer.pool.meta.failure_taxonomy, trainer.cfg.aiw
+        ),
+        analyst_sft.summary,
+    ),
+    "retriever": Role(
+        RETRIEVER_VALID,
+        "retriever_evals.json",
+        lambda trainer, valid: retriever_sft.retriever_competence(trainer.engine, valid, trainer.cfg.aiw),
+        retriever_sft.summary,
+    ),
+}
+
+
+def _measure_role(trainer, name: str, label: str, out: Path) -> None:
+    """Agent-In-World role ``name``'s held-out competence as policy ``label``, measured
+    once: a record in ``metrics.jsonl`` and a line in the log."""
+    cfg, role = trainer.cfg, ROLES[name]
+    if not (getattr(cfg.sft, name) and cfg.sft.analyst_eval_tasks > 0):
         return
-    saved = _saved(out, ANALYST_EVALS)
+    saved = _saved(out, role.evals)
     if label not in saved:
         play_analyst_data(trainer, out)
-        if not (out / ANALYST_VALID).stat().st_size:
-            _warn("sft.analyst: the policy failed no held-out game: no analyst measurement")
+        if not (out / role.valid).stat().st_size:
+            _warn(f"sft.{name}: the policy failed no held-out game: no {name} measurement")
             return
-        valid = read_examples(out / ANALYST_VALID)
-        taxonomy = trainer.pool.meta.failure_taxonomy
-        result = analyst_sft.analyst_competence(trainer.engine, valid, taxonomy, cfg.aiw)
-        saved[label] = {"metrics": result.metrics, "line": analyst_sft.summary(label, result)}
-        write_jsonl(out / f"analyst_{label}.jsonl", result.rows)
-        _save(out, ANALYST_EVALS, saved)
-    trainer.metrics.write({"analyst": label, **saved[label]["metrics"]})
+        result = role.measure(trainer, read_examples(out / role.valid))
+        saved[label] = {"metrics": result.metrics, "line": role.summary(label, result)}
+        write_jsonl(out / f"{name}_{label}.jsonl", result.rows)
+        _save(out, role.evals, saved)
+    trainer.metrics.write({name: label, **saved[label]["metrics"]})
     if not trainer.quiet:
         _warn(saved[label]["line"])
 

@@ -43,6 +43,12 @@ class AIWConfig:
         "list) | bm25 (top-k of the pre-filter, no LLM) | embedding (MiniLM cosine top-k)",
     )
     candidates: int = setting(20, "bound on the candidate list shown to the retriever (one entry per task or mode)")
+    candidate_entry: str = setting(
+        "lesson",
+        "what a candidate's REFLECTION shows after its failure type: lesson (its core lesson) | query (its "
+        "retrieval query, which names the kind of task: '<type> in <task type> task: <goal>' from the analyst's "
+        "warm start)",
+    )
     prefilter: str = setting(
         "hybrid", "candidate pre-filter: hybrid (same failure type first, then any BM25 match) | bm25 | type"
     )

@@ -132,6 +132,7 @@ class AgentInWorld:
                 k1=cfg.bm25_k1,
                 b=cfg.bm25_b,
                 embedder=self._embedder,
+                entry=cfg.candidate_entry,
             )
         return self._retriever
 

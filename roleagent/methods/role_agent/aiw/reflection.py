@@ -80,9 +80,10 @@ class Reflection:
             parts.append(self.detail)
         return " ".join(p for p in parts if p)
 
-    def summary(self, limit: int = 240) -> str:
-        """One line: ``type: lesson`` (what the Figure-9 candidate list shows)."""
-        text = self.core_lesson or self.detail or self.retrieval_query
+    def summary(self, limit: int = 240, entry: str = "lesson") -> str:
+        """A Figure-9 entry's line: ``type: lesson`` (``entry="query"``: ``type: retrieval query``)."""
+        fields = (self.core_lesson, self.detail, self.retrieval_query)
+        text = next((x for x in (fields[::-1] if entry == "query" else fields) if x), "")
         return _clip(f"{self.dominant_type}: {text}", limit)
 
 

@@ -177,15 +177,16 @@ class ModeCandidate:
     members: tuple[Candidate, ...]
 
 
-def _entry(c: Candidate | ModeCandidate) -> tuple[str, str]:
-    """(TASK text, REFLECTION text) of one Figure-9 entry; a mode shows its label, its
-    size and its best-matching failure."""
+def _entry(c: Candidate | ModeCandidate, entry: str = "lesson") -> tuple[str, str]:
+    """(TASK text, REFLECTION text) of one Figure-9 entry (``entry``: what the reflection
+    shows after its type, :meth:`Reflection.summary`); a mode shows its label, its size and
+    its best-matching failure."""
     if isinstance(c, Candidate):
-        return c.record.task_text or c.task_id, c.record.reflection().summary()
+        return c.record.task_text or c.task_id, c.record.reflection().summary(entry=entry)
     first = c.members[0]
     return (
         f"failure mode {c.dominant_type} ({len(c.members)} tasks), e.g. {first.record.task_text or first.task_id}",
-        first.record.reflection().summary(),
+        first.record.reflection().summary(entry=entry),
     )
 
 
@@ -210,6 +211,7 @@ class Retriever:
         k1: float = 1.5,
         b: float = 0.75,
         embedder: Callable[[Sequence[str]], np.ndarray] | None = None,
+        entry: str = "lesson",
     ):
         if mode not in RETRIEVERS:
             raise ValueError(f"retriever mode {mode!r}: expected one of {RETRIEVERS}")
@@ -221,7 +223,7 @@ class Retriever:
             raise ValueError("max_candidates, top_k and mode_tasks must be >= 1")
         self.memory, self.mode = memory, mode
         self.max_candidates, self.top_k, self.prefilter = max_candidates, top_k, prefilter
-        self.unit, self.mode_tasks = unit, mode_tasks
+        self.unit, self.mode_tasks, self.entry = unit, mode_tasks, entry
         self.bm25 = BM25Index(k1, b)
         self.embedder = embedder
         if mode == "embedding" and embedder is None:
@@ -326,7 +328,7 @@ class Retriever:
             )
             if x
         )
-        entries = [_entry(c) for c in candidates]
+        entries = [_entry(c, self.entry) for c in candidates]
         return retrieval_messages(pattern, entries, max_select=self.top_k)
 
     def select(
