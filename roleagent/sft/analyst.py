@@ -74,7 +74,7 @@ from roleagent.methods.role_agent.aiw.prompts import ANALYSIS_ORDERS, _clip, ana
 from roleagent.methods.role_agent.aiw.reflection import rule_reflection
 from roleagent.methods.role_agent.aiw.roles import Fits, analyst_prefix, analyst_stop, parse_answer
 from roleagent.methods.role_agent.config import AIWConfig
-from roleagent.sft.data import ChatExample, encode_example
+from roleagent.sft.data import ChatExample, answer_examples
 from roleagent.types import Trajectory
 
 #: Core lessons per failure type (the Table 6 taxonomies of ALFWorld and the scripted
@@ -256,16 +256,8 @@ def analyst_competence(
     prompts as encoded for training, their ``meta`` label and step), generated as the AIW
     generates them at ``temperature`` (0: greedy); examples written with another answer
     prefix (``aiw.analysis_order``, ``aiw.answer_prefix``) than ``aiw``'s are refused."""
-    prefix = analyst_prefix(aiw)
-    if other := {e.response_prefix for e in examples} - {prefix}:
-        raise ValueError(f"examples start their answers with {sorted(other)}, the config with {prefix!r}: set aiw.*")
     sampling = SamplingParams(aiw.analysis_max_new_tokens, temperature, top_p=1.0, stop=analyst_stop(aiw))
-    answers, truncated = [], []
-    for start in range(0, len(examples), batch_size):
-        prompts = [encode_example(engine, e).prompts[-1] for e in examples[start : start + batch_size]]
-        for gen in engine.generate(prompts, sampling):
-            answers.append(prefix + gen.text)
-            truncated.append(gen.truncated)
+    answers, truncated = answer_examples(engine, examples, analyst_prefix(aiw), sampling, batch_size)
     labels = [e.meta["label"] for e in examples]
     steps = [e.meta.get("critical_step") for e in examples]
     return competence(answers, labels, steps, taxonomy, aiw, truncated)

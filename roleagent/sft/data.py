@@ -218,6 +218,22 @@ def encode_example(engine, example: ChatExample) -> EncodedExample:
     return EncodedExample(ids, mask, prompts)
 
 
+def answer_examples(engine, examples, prefix: str, sampling, batch_size: int = 8) -> tuple[list[str], list[bool]]:
+    """A role's answers to the prompts of held-out ``examples`` (as encoded for training),
+    ``batch_size`` at a time with ``sampling``, each with the answer ``prefix`` the role
+    was started with in front, and whether each was cut at the token limit. Examples
+    written with another prefix are refused (the prefix is part of the prompt's setting)."""
+    if other := {e.response_prefix for e in examples} - {prefix}:
+        raise ValueError(f"examples start their answers with {sorted(other)}, the config with {prefix!r}: set aiw.*")
+    answers, truncated = [], []
+    for start in range(0, len(examples), batch_size):
+        prompts = [encode_example(engine, e).prompts[-1] for e in examples[start : start + batch_size]]
+        for gen in engine.generate(prompts, sampling):
+            answers.append(prefix + gen.text)
+            truncated.append(gen.truncated)
+    return answers, truncated
+
+
 def _first_prompt(engine, messages: list[dict[str, str]], prefix: str, meta: dict[str, Any]) -> list[int]:
     """The first assistant turn's prompt. One longer than the engine's ``max_prompt_tokens``
     would lose its first tokens, the system prompt among them: the oldest messages after

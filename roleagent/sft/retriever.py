@@ -70,7 +70,7 @@ from roleagent.methods.role_agent.aiw.retrieval import Candidate, Retriever, par
 from roleagent.methods.role_agent.aiw.roles import Fits, retriever_prefix, retriever_stop
 from roleagent.methods.role_agent.config import AIWConfig
 from roleagent.sft.analyst import analysis_target
-from roleagent.sft.data import ChatExample, encode_example
+from roleagent.sft.data import ChatExample, answer_examples
 from roleagent.sft.predictor import Competence
 from roleagent.stats import RateTest, sign_flip_test
 from roleagent.types import Trajectory
@@ -240,16 +240,8 @@ def retriever_competence(
 ) -> Competence:
     """:func:`competence` of ``engine``'s selections for held-out retriever ``examples``,
     generated as the AIW generates them at ``temperature`` (0: greedy)."""
-    prefix = retriever_prefix(aiw)
-    if other := {e.response_prefix for e in examples} - {prefix}:
-        raise ValueError(f"examples start their answers with {sorted(other)}, the config with {prefix!r}: set aiw.*")
     sampling = SamplingParams(aiw.retrieval_max_new_tokens, temperature, top_p=1.0, stop=retriever_stop(aiw))
-    answers, truncated = [], []
-    for start in range(0, len(examples), batch_size):
-        prompts = [encode_example(engine, e).prompts[-1] for e in examples[start : start + batch_size]]
-        for gen in engine.generate(prompts, sampling):
-            answers.append(prefix + gen.text)
-            truncated.append(gen.truncated)
+    answers, truncated = answer_examples(engine, examples, retriever_prefix(aiw), sampling, batch_size)
     return competence(answers, [e.meta["relevance"] for e in examples], aiw.top_k, truncated)
 
 
