@@ -162,6 +162,11 @@ def test_training_lists_are_shuffled_and_held_out_ones_keep_the_run_order(tmp_pa
     first = valid[0].meta["relevance"]  # three other wrong receptacles, one of them a cool task
     assert sorted(first[:3]) == [1, 1, 2] and first[3:] == [0, 0]
     assert any(a.meta["relevance"] != b.meta["relevance"] for a, b in zip(valid, train))
+    # a training target still names the most relevant candidates first, its ties drawn at random
+    for e in train:
+        rel, top_k = e.meta["relevance"], e.meta["top_k"]
+        picked = [rel[i] for i in parse_selection(e.messages[-1]["content"], len(rel), limit=top_k)]
+        assert picked == sorted(rel, reverse=True)[: len(picked)] and 0 not in picked
 
 
 def test_competence_on_the_docstring_case():

@@ -18,9 +18,9 @@ asks (``tests/test_sft_retriever.py``).
 "a similar root cause", read from the ground truth, not from what was filed: a candidate
 is 2 when its failure's rule type equals the query's and its task is of the same kind
 (ALFWorld's ``task_type``: pick, clean, heat, cool, look, pick two), 1 when only the type
-is the same, else 0. The target names the most relevant candidates, best first, list
-order breaking ties, at most ``aiw.top_k`` and none of relevance 0 (a query without a
-relevant candidate gives no example)::
+is the same, else 0. The target names the most relevant candidates, best first, at most
+``aiw.top_k`` and none of relevance 0 (a query without a relevant candidate gives no
+example), ties in list order::
 
     <selected_tasks>
     INDEX/TASK/REFLECTIONS: [4] "put a cool mug in cabinet."
@@ -29,9 +29,12 @@ relevant candidate gives no example)::
     REASON: the same failure (wrong receptacle).
     </selected_tasks>
 
-The training lists are shuffled (seeded) so that a position says nothing: with the
-``hybrid`` pre-filter the same-type candidates come first, and a model that learned "the
-first three" would match the fallback and never read an entry. The held-out lists keep the
+The training lists are shuffled (seeded) and their ties drawn at random, so that a position
+says nothing: with the ``hybrid`` pre-filter the same-type candidates come first, and a model
+that learned "the first three" would match the fallback and never read an entry. (Ties in
+list order are not enough: on the main job's failures half of a shuffled list is of the
+query's type and kind, so the first entry was the target's first pick in 96 of 166
+examples, and the model trained on them named [1], [2], [3] for every held-out query.) The held-out lists keep the
 run's order, and :func:`write_data` also writes them shuffled. Only the answer after the
 prefix carries the loss (``roleagent.sft.data``).
 
@@ -105,10 +108,18 @@ def relevance(query: tuple[str, str], candidate: tuple[str, str]) -> int:
     return 2 if query[1] and query[1] == candidate[1] else 1
 
 
-def selection_target(candidates: Sequence[Candidate], relevances: Sequence[int], query: Reflection, top_k: int) -> str:
-    """Figure 9's block naming the most relevant candidates (module docstring); '' when
-    none is relevant."""
-    order = sorted((i for i, r in enumerate(relevances) if r > 0), key=lambda i: (-relevances[i], i))[:top_k]
+def selection_target(
+    candidates: Sequence[Candidate],
+    relevances: Sequence[int],
+    query: Reflection,
+    top_k: int,
+    rng: random.Random | None = None,
+) -> str:
+    """Figure 9's block naming the most relevant candidates (module docstring), ties of
+    relevance in list order, or in a random order drawn from ``rng``; '' when none is
+    relevant."""
+    ties = [rng.random() for _ in relevances] if rng is not None else list(range(len(relevances)))
+    order = sorted((i for i, r in enumerate(relevances) if r > 0), key=lambda i: (-relevances[i], ties[i]))[:top_k]
     if not order:
         return ""
     failure = query.dominant_type.replace("_", " ")
@@ -188,7 +199,7 @@ def retriever_examples(
             rng.shuffle(cands)
         key = (query.dominant_type, task_kind(trajectory))
         rel = [relevance(key, library.truth[c.failure_id]) for c in cands]
-        target = selection_target(cands, rel, query, aiw.top_k)
+        target = selection_target(cands, rel, query, aiw.top_k, rng if shuffle_seed is not None else None)
         if not target:
             continue
         meta = {"task": trajectory.task.id, "split": trajectory.task.split, "role": "retriever"}
