@@ -112,6 +112,7 @@ def selection_target(
     candidates: Sequence[Candidate],
     relevances: Sequence[int],
     query: Reflection,
+    kind: str,
     top_k: int,
     rng: random.Random | None = None,
 ) -> str:
@@ -131,15 +132,9 @@ def selection_target(
         lines.append(f'INDEX/TASK/REFLECTIONS: [{i + 1}] "{task}"')
         reason = f"the same failure ({failure})"
         if relevances[i] == 2:
-            reason += f" in the same kind of task ({_kind_words(query)})"
+            reason += f" in the same kind of task ({kind.replace('_', ' ')})"
         lines.append(f"REASON: {reason}.")
     return "<selected_tasks>\n" + "\n".join(lines) + "\n</selected_tasks>"
-
-
-def _kind_words(query: Reflection) -> str:
-    """The kind of task as the retrieval query names it ("... in pick cool then place task: ...")."""
-    head = query.retrieval_query.split(" task:")[0]
-    return head.split(" in ", 1)[1] if " in " in head else "this task"
 
 
 class Library:
@@ -199,7 +194,7 @@ def retriever_examples(
             rng.shuffle(cands)
         key = (query.dominant_type, task_kind(trajectory))
         rel = [relevance(key, library.truth[c.failure_id]) for c in cands]
-        target = selection_target(cands, rel, query, aiw.top_k, rng if shuffle_seed is not None else None)
+        target = selection_target(cands, rel, query, key[1], aiw.top_k, rng if shuffle_seed is not None else None)
         if not target:
             continue
         meta = {"task": trajectory.task.id, "split": trajectory.task.split, "role": "retriever"}
@@ -285,19 +280,28 @@ def summary(label: str, result: Competence) -> str:
 
 
 def make_examples(
-    train: Sequence[Failure], valid: Sequence[Failure], taxonomy, aiw: AIWConfig, memory_path, *, seed: int, fits=None
+    train: Sequence[Failure],
+    valid: Sequence[Failure],
+    taxonomy,
+    aiw: AIWConfig,
+    memory_path,
+    *,
+    seed: int,
+    fits=None,
+    shuffled_valid: bool = True,
 ) -> dict[str, list[ChatExample]]:
     """The examples of training queries (shuffled lists) and of held-out queries (the run's
-    order, and shuffled), all against the training failures' library at ``memory_path``."""
+    order, and with ``shuffled_valid`` shuffled), all against the training failures' library at ``memory_path``."""
     library = Library(train, taxonomy, aiw, memory_path)
     try:
-        return {
+        parts = {
             "retriever.jsonl": retriever_examples(train, library, taxonomy, aiw, shuffle_seed=seed, fits=fits),
             "retriever_valid.jsonl": retriever_examples(valid, library, taxonomy, aiw, fits=fits),
-            "retriever_valid_shuffled.jsonl": retriever_examples(
-                valid, library, taxonomy, aiw, shuffle_seed=seed + 1, fits=fits
-            ),
         }
+        if shuffled_valid:
+            shuffled = retriever_examples(valid, library, taxonomy, aiw, shuffle_seed=seed + 1, fits=fits)
+            parts["retriever_valid_shuffled.jsonl"] = shuffled
+        return parts
     finally:
         library.close()
 

@@ -197,7 +197,8 @@ def play_analyst_data(trainer, out: Path) -> None:
         counts[key + "_episodes"], counts[key + "_examples"] = len(played), write_examples(out / name, made)
     if sft.retriever:
         parts = retriever_sft.make_examples(failures[ANALYST_TRAIN], failures[ANALYST_VALID], taxonomy, cfg.aiw,
-                                            out / "retriever_memory.sqlite", seed=cfg.seed, fits=fits)  # fmt: skip
+                                            out / "retriever_memory.sqlite", seed=cfg.seed, fits=fits,
+                                            shuffled_valid=False)  # fmt: skip
         for name in (RETRIEVER_TRAIN, RETRIEVER_VALID):
             counts[name.removesuffix(".jsonl") + "_examples"] = write_examples(out / name, parts[name])
     (out / "analyst_counts.json").write_text(json.dumps(counts))
