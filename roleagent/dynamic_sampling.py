@@ -32,7 +32,14 @@ from typing import Any
 
 from roleagent.fields import ConfigError, setting
 
-__all__ = ["DynamicSamplingConfig", "check_dynamic_sampling", "collect_rounds", "informative_groups", "trained_groups"]
+__all__ = [
+    "DynamicSamplingConfig",
+    "check_collector",
+    "check_dynamic_sampling",
+    "collect_rounds",
+    "informative_groups",
+    "trained_groups",
+]
 
 
 @dataclass
@@ -52,6 +59,16 @@ def check_dynamic_sampling(cfg: Any) -> None:
     ConfigError, never changes it."""
     if cfg.dynamic_sampling.enabled and cfg.rollout.group_size < 2:
         raise ConfigError("dynamic_sampling.enabled compares the returns within a group: set rollout.group_size >= 2")
+
+
+def check_collector(cfg: Any, collector: Any) -> None:
+    """Dynamic sampling plays further rounds of jobs through the iteration's collector: it
+    must play them as groups (``plays_jobs``, ``roleagent.trainer.stages.Collector``)."""
+    if cfg.dynamic_sampling.enabled and not getattr(collector, "plays_jobs", False):
+        raise ConfigError(
+            "dynamic_sampling.enabled needs a collector that plays the iteration's jobs as groups; "
+            f"{type(collector).__name__} (a method's) does not"
+        )
 
 
 def informative_groups(returns: Sequence[float], group_size: int) -> list[bool]:

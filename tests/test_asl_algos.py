@@ -348,15 +348,16 @@ def test_phases_end_on_count_and_plateau_and_skip_empty_ones(tmp_path):
     method = _method(tmp_path, pg_target_questions=2, phase_min_iterations=1, plateau_window=1, plateau_tolerance=0.0)
     question = {"id": "asl/q000000", "question": "Q?", "answer": "A", "hops": 1, "round": 0, "parent": None}
     method.pm_pool = [question]
-    method.metrics = {"reward": 0.3}
-    assert method.after_iteration([], 0) == {"pg_reward": 0.3, "round": 0.0, "phase": 0.0}
+    method.scored = [({"reward": 0.3}, 4)]
+    expected = {"pg_reward": 0.3, "pg_questions": 1.0, "pg_grm_data": 0.0, "round": 0.0, "phase": 0.0}
+    assert method.after_iteration([], 0) == expected
     assert method.phase == "pg"  # 1 of 2 questions
     method.pm_pool.append({**question, "id": "asl/q000001"})
     method.grm_pool = [{"question": "Q?", "response": "A", "label": 1, "source": "asl/q000000"}] * 3  # one class
     method.after_iteration([], 1)
     assert method.phase == "pm" and method.phase_iterations == 0  # GRM phase skipped: nothing to balance
     for reward, phase in ((0.2, "pm"), (0.5, "pm"), (0.5, "pg")):  # 0.5 − 0.5 ≤ 0: plateau
-        method.metrics = {"reward": reward}
+        method.scored = [({"reward": reward}, 4)]
         method.after_iteration([], 2)
         assert method.phase == phase
     assert method.round == 1 and method.pg_pool == [{"topic": "rivers"}, {"topic": "music"}]  # no follow-ups
@@ -367,6 +368,6 @@ def test_phases_end_on_count_and_plateau_and_skip_empty_ones(tmp_path):
 def test_phases_stop_at_their_limit(tmp_path):
     method = _method(tmp_path, pg_target_questions=5, phase_min_iterations=1, phase_max_iterations=2)
     for iteration in range(2):
-        method.metrics = {"reward": 0.0}
+        method.scored = [({"reward": 0.0}, 4)]
         method.after_iteration([], iteration)
     assert method.phase == "pg" and method.round == 1  # nothing kept in 2 iterations: the round ends

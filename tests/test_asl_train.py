@@ -249,6 +249,27 @@ def test_pg_retrieval_opens_each_generator_prompt_with_its_search(tmp_path):
     assert len(shown) == 2 and all(len(titles) == 1 for titles in shown.values())
 
 
+@pytest.mark.slow
+def test_dynamic_sampling_trains_the_grm_groups_whose_verdicts_differ(tmp_path):
+    """GRM's dead groups: with ``dynamic_sampling`` the GRM phase plays more pairs until its
+    groups disagree, trains only those, and its metrics cover every verdict played. Seed 2:
+    the first round's two groups include one whose verdicts agree; three rounds play five."""
+    run(tmp_path, 2, [*ASL, "dynamic_sampling.enabled=true", "dynamic_sampling.max_rounds=4", "seed=2"])
+    grm = [r for r in metrics(tmp_path) if r.get("asl/phase") == 1.0]
+    assert len(grm) == 1
+    record, played = grm[0], _iteration(tmp_path, 1)
+    assert {t["extras"]["asl"]["role"] for t in played} == {"grm"}
+    groups = [played[i : i + 2] for i in range(0, len(played), 2)]
+    assert len(groups) == record["train/groups_played"] > record["train/groups_trained"]
+    assert 1 < record["train/sampling_rounds"] <= 4
+    trained = [g for g in groups if all("algo" in s["extras"] for t in g for s in t["steps"])]
+    assert (
+        len(trained) == record["train/groups_trained"] == min(2, sum(g[0]["return"] != g[1]["return"] for g in groups))
+    )
+    assert all(g[0]["return"] != g[1]["return"] for g in trained)
+    assert record["asl/grm_reward"] == pytest.approx(sum(t["return"] for t in played) / len(played))
+
+
 def test_frozen_grm_skips_its_phase(tmp_path):
     run(tmp_path, 3, [*ASL, "asl.train_grm=false", "asl.grm_eval_questions=0"])
     records = [r for r in metrics(tmp_path) if "iteration" in r]

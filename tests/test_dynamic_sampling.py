@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import doctest
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from roleagent import dynamic_sampling
 from roleagent.config import ConfigError, load_config
+from roleagent.rollout import RolloutStats
+from roleagent.trainer.methods import Method
 from tests.run_helpers import TINY, checked_config
 
 GRPO = [*TINY, "algo.name=grpo", "wia.enabled=false", "iterations=1", "eval.at_start=false", "eval.max_tasks=1"]
@@ -63,5 +66,25 @@ def test_off_by_default_and_checked():
         checked_config(None, ["dynamic_sampling.max_rounds=0"])
     with pytest.raises(ConfigError, match="group_size >= 2"):
         checked_config(None, ["dynamic_sampling.enabled=true", "rollout.group_size=1"])
-    with pytest.raises(ConfigError, match="cannot run with dynamic_sampling.enabled"):
-        checked_config("asl_search", ["dynamic_sampling.enabled=true"])  # it replaces the collector
+    assert checked_config("asl_search", ["dynamic_sampling.enabled=true"]).dynamic_sampling.enabled  # plays jobs
+
+
+class OwnCollector(Method):
+    """Replaces the collector with one that does not declare ``plays_jobs``."""
+
+    name = "own_collector"
+
+    def collector(self):
+        return SimpleNamespace(collect=lambda iteration, progress=None: ([], RolloutStats()))
+
+
+def test_a_collector_that_does_not_play_the_jobs_is_refused(tmp_path):
+    from roleagent.trainer import Trainer
+
+    cfg = load_config(
+        None, [*GRPO, f"run_dir={tmp_path}", "dynamic_sampling.enabled=true", f"methods=[{__name__}:OwnCollector]"]
+    )
+    with pytest.raises(
+        ConfigError, match="needs a collector that plays the iteration's jobs as groups; SimpleNamespace"
+    ):
+        Trainer(cfg, resume=False, quiet=True)

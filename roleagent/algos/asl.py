@@ -1,8 +1,8 @@
 """Agentic Self-Learning (Sun et al., 2025, "Towards Agentic Self-Learning LLMs in Search
 Environment", arXiv 2510.14253), the pure parts: the GRM's verdict, the prompt
 generator's entropy reward, the K/C acceptance filter, per-question balancing of the GRM's
-self-generated labels, the HARDER/EASIER follow-up and the reward plateau that ends a
-phase. No model, engine or trainer imports: every function is tested by hand.
+self-generated labels, the HARDER/EASIER follow-up, the reward plateau that ends a
+phase, and an iteration's metrics pooled over its collection rounds. No model, engine or trainer imports: every function is tested by hand.
 
 Verdict rule (:func:`parse_verdict`): the LAST ``conclusion:`` in the text decides (the
 authors' reward code also splits on the last "conclusion"); the first word after it,
@@ -159,3 +159,20 @@ def plateaued(rewards: Sequence[float], window: int, tolerance: float) -> bool:
     last = sum(rewards[-window:]) / window
     before = sum(rewards[-2 * window : -window]) / window
     return last - before <= tolerance + 1e-12
+
+
+def pooled_means(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """Means measured on parts of a batch, ``(means, count)`` each, pooled as the mean over
+    the whole batch (each part weighted by its count; a key a part lacks counts 0 there).
+    One part is returned as it is.
+
+    >>> pooled_means([({"reward": 1.0}, 1), ({"reward": 0.25}, 4)])
+    {'reward': 0.4}
+    >>> pooled_means([])
+    {}
+    """
+    if len(parts) == 1:
+        return dict(parts[0][0])
+    total = sum(n for _, n in parts)
+    keys = sorted({k for means, _ in parts for k in means})
+    return {k: sum(means.get(k, 0.0) * n for means, n in parts) / max(total, 1) for k in keys}

@@ -37,7 +37,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from roleagent.config import ConfigError, TrainConfig
-from roleagent.dynamic_sampling import collect_rounds
+from roleagent.dynamic_sampling import check_collector, collect_rounds
 from roleagent.engine import SamplingParams, create_engine, drop_prefix_kv, engine_settings
 from roleagent.envs.workers import make_pool
 from roleagent.evaluation import eval_splits, panel, split_tasks
@@ -157,8 +157,7 @@ class Trainer:
             "collector", lambda: RolloutCollector(self.engine, self.pool, self.settings, extensions)
         )
         self.scorer = self._stage("scorer", EnvironmentReward)
-        if cfg.dynamic_sampling.enabled and not isinstance(self.collector, RolloutCollector):
-            raise ConfigError("dynamic_sampling.enabled needs the default collector, which a method replaces")
+        check_collector(cfg, self.collector)
         self.reset_objective()
 
     def reset_objective(self) -> None:

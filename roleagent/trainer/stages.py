@@ -80,7 +80,13 @@ class UniformTaskSource:
 
 class Collector(Protocol):
     """Plays the iteration's ``(task, seed)`` jobs (``iteration.jobs``); may leave data for
-    its plug-in's later stages in ``iteration.extras``."""
+    its plug-in's later stages in ``iteration.extras``. ``plays_jobs``: it returns one
+    trajectory per job, in the jobs' order (a task's G rollouts consecutive), so dynamic
+    sampling (``roleagent.dynamic_sampling``) may play further rounds of new jobs through it
+    and keep whole groups; a collector that plays something else (Agent-R's search trees)
+    leaves it False."""
+
+    plays_jobs: bool = False
 
     def collect(self, iteration: Iteration, progress=None) -> tuple[list[Trajectory], RolloutStats]: ...
 
@@ -88,6 +94,8 @@ class Collector(Protocol):
 class RolloutCollector:
     """Batched multi-turn rollouts (``roleagent.rollout.run_episodes``) with the methods'
     rollout extensions (e.g. World-In-Agent predictions)."""
+
+    plays_jobs = True
 
     def __init__(self, engine, pool, settings: RolloutSettings, extensions: Iterable = ()):
         self.engine, self.pool, self.settings = engine, pool, settings

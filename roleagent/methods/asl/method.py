@@ -59,6 +59,7 @@ PHASES = ("pg", "grm", "pm")
 class ASLMethod(Method):
     name = "asl"
     config_class = ASLConfig
+    plays_jobs = True  # one trajectory per job, in order: dynamic sampling may add rounds (GRM's dead groups)
 
     def __init__(self, context, config: ASLConfig):
         super().__init__(context, config)
@@ -71,7 +72,7 @@ class ASLMethod(Method):
         self.grm_train: list[dict] = []  # the GRM phase's examples
         self.followups: dict[str, dict] = {}  # D_PG^(t), by question id
         self.questions_made = 0  # question ids are unique over the run
-        self.metrics: dict[str, float] = {}
+        self.scored: list[tuple[dict[str, float], int]] = []  # this iteration's rounds: (metrics, trajectories)
         self._grm_eval: list[dict] | None = None
         # the search results the GRM and the PG are shown (asl.grm_retrieval, asl.pg_retrieval;
         # an environment without a knowledge base is refused here, before any training)
@@ -80,7 +81,7 @@ class ASLMethod(Method):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        for name in ("wia", "aiw", "seal", "agent_r", "dynamic_sampling"):
+        for name in ("wia", "aiw", "seal", "agent_r"):
             if getattr(cfg, name).enabled:
                 raise ConfigError(
                     f"asl replaces the task source, collector and scorer: it cannot run with {name}.enabled"
@@ -142,8 +143,10 @@ class ASLMethod(Method):
         return trajectories, stats
 
     def score(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Scores one collection round (``dynamic_sampling`` plays several: their metrics pool)."""
         scored = {"pg": self._score_generator, "grm": self._score_grm, "pm": self._score_policy}[self.phase]
-        self.metrics = scored([t for t in trajectories if not t.crashed and t.steps])
+        played = [t for t in trajectories if not t.crashed and t.steps]
+        self.scored.append((scored(played), len(played)))
         return {}
 
     # -- the three rewards -----------------------------------------------------------------
@@ -191,7 +194,8 @@ class ASLMethod(Method):
         for qid, scores in by_question.items():
             parent = questions[qid]
             flag = asl.follow_up(scores, self.config.followup_threshold)
-            self.followups[qid] = {**_pair(parent), "flag": flag, "hops": parent["hops"], "parent": qid}
+            pair = {k: parent[k] for k in ("question", "answer", "hops")}
+            self.followups[qid] = {**pair, "flag": flag, "parent": qid}
         scores = [r["score"] for r in judged]
         return {
             "reward": _mean(scores),
@@ -244,8 +248,6 @@ class ASLMethod(Method):
             "reward": _mean([r["reward"] for r in rows]),
             "parsed": len(parsed) / max(len(rows), 1),
             "kept": len(kept) / max(len(rows), 1),
-            "questions": float(len(self.pm_pool)),
-            "grm_data": float(len(self.grm_pool)),
         }
 
     def _score_grm(self, trajectories: list[Trajectory]) -> dict[str, float]:
@@ -278,11 +280,13 @@ class ASLMethod(Method):
 
     # -- phases and rounds -------------------------------------------------------------------
     def after_iteration(self, trajectories, iteration: int) -> dict[str, float]:
-        metrics = {f"{self.phase}_{k}": v for k, v in self.metrics.items()}
+        scores, self.scored = asl.pooled_means(self.scored), []
+        if self.phase == "pg":
+            scores.update(questions=float(len(self.pm_pool)), grm_data=float(len(self.grm_pool)))
+        metrics = {f"{self.phase}_{k}": v for k, v in scores.items()}
         metrics.update(round=float(self.round), phase=float(PHASES.index(self.phase)))
-        self.phase_rewards.append(self.metrics.get("reward", 0.0))
+        self.phase_rewards.append(scores.get("reward", 0.0))
         self.phase_iterations += 1
-        self.metrics = {}
         if self._phase_done():
             metrics.update(self._advance())
         return metrics
@@ -387,10 +391,6 @@ class ASLMethod(Method):
         self.grm_pool, self.grm_train = list(state["grm_pool"]), list(state["grm_train"])
         self.followups, self.questions_made = dict(state["followups"]), int(state["questions_made"])
         self.files.restore(state["rows"])
-
-
-def _pair(record: dict) -> dict:
-    return {"question": record["question"], "answer": record["answer"]}
 
 
 def _mean(values) -> float:
