@@ -77,6 +77,7 @@ SMOKE = [
     "env.name=scripted",
     "env.kwargs={}",
     "env.eval_split=eval",
+    "eval.splits=[eval]",
     "env.processes=false",
     "rollout.tasks_per_iter=2",
     "rollout.group_size=2",
@@ -84,6 +85,7 @@ SMOKE = [
     "wia.max_new_tokens=6",
     "aiw.analysis_max_new_tokens=8",
     "aiw.retrieval_max_new_tokens=8",
+    "optim.mini_batches=1",
     "threads=1",
 ]
 PHASES = ["time/generate_s", "time/extension_s", "time/env_s", "time/update_s", "time/aiw_s", "time/iteration_s"]
@@ -151,6 +153,13 @@ def report(rows: dict[tuple[str, str], dict], paths: list[str]) -> None:
         return head + (f" ({rest})" if rest else "")
 
     print(f"\nRole-Agent (WIA) / GiGPO iteration time = {side_by_side({p: ratio(p) for p in paths}, '.2f')}")
+    for (method, path), r in rows.items():
+        if "wia/tokens" in r:
+            print(
+                f"  {method} [{path}]: prediction pass {r.get('time/extension_s', 0.0):.1f}s, predictions of "
+                f"{r['wia/tokens']:.1f} tokens on average, {r['wia/cut']:.0%} cut at wia.max_new_tokens, "
+                f"score {r.get('wia/score', float('nan')):.2f}"
+            )
     aiw_rows = {p: rows[m, p] for (m, p) in rows if m == "Role-Agent (WIA+AIW)"}
     if aiw_rows:
         print(f"Agent-In-World share of a full iteration = {side_by_side({p: aiw_share(p) for p in paths}, '.1%')}")
@@ -160,7 +169,9 @@ def report(rows: dict[tuple[str, str], dict], paths: list[str]) -> None:
                 f"{r.get('aiw/n_failures', 0):.0f} failures analysed, analysis {r.get('aiw/time_analysis_s', 0):.1f}s, "
                 f"retrieval {r.get('aiw/time_retrieval_s', 0):.1f}s, "
                 f"{r.get('aiw/prefix_reused_tokens', 0):.0f} prompt tokens reused, "
-                f"{r.get('aiw/n_parse_fallback', 0):.0f} unparsable reflections"
+                f"{r.get('aiw/n_parse_fallback', 0):.0f} unparsable reflections, "
+                f"{r.get('aiw/n_retrieval_fallback', 0):.0f} of {r.get('aiw/n_retrieval_queries', 0):.0f} "
+                "retrievals fell back"
             )
     if per_minute("new") and per_minute("old"):
         print(
@@ -180,6 +191,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny model, scripted env, 1 iteration: checks it runs")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of: " + ", ".join(METHODS))
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of: " + ", ".join(PATHS))
+    parser.add_argument("--out", default="", help="also write every variant's metrics to this JSON file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -200,6 +212,9 @@ def main() -> None:
             print(f"{method} [{path}]: {record['time/iteration_s']:.1f}s", flush=True)
     print(f"\nrecipe {args.recipe} {' '.join(base)}")
     report(rows, paths)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump([{"method": m, "path": p, **r} for (m, p), r in rows.items()], f, indent=1)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,7 @@ class PredictionExtension:
                     "prompt_ids": gen.prompt_ids,
                     "ids": gen.ids,
                     "logprobs": gen.logprobs,
+                    "cut": gen.truncated,  # stopped by wia.max_new_tokens, not by the closing tag
                 }
         return records
 
@@ -265,7 +266,8 @@ class WorldInAgent(Method):
         """``wia/score``: the mean over trajectories of their mean prediction score;
         ``wia/success_corr``: its point-biserial correlation with success (Role-Agent App. B.2);
         ``wia/credit_*`` and ``wia/score_std_in_group``: what the predictions did to the step
-        credit (:func:`credit_metrics`)."""
+        credit (:func:`credit_metrics`); ``wia/tokens`` and ``wia/cut``: the predictions' mean
+        length in tokens and the share cut at ``wia.max_new_tokens`` (their cost)."""
 
         def scores_of(t: Trajectory) -> list[float]:  # the scored predictions (NaN: none parsed)
             return [x for step in t.steps for x in step.extras.get("wia", {}).get("scores", []) if not math.isnan(x)]
@@ -275,6 +277,12 @@ class WorldInAgent(Method):
         if scored:
             scores, successes = zip(*scored)
             out = {"score": float(np.mean(scores)), "success_corr": point_biserial(list(scores), list(successes))[0]}
+        made = [r for t in trajectories for step in t.steps if "ids" in (r := step.extras.get("wia", {}))]
+        if made:
+            out |= {
+                "tokens": float(np.mean([len(r["ids"]) for r in made])),
+                "cut": float(np.mean([r["cut"] for r in made])),
+            }
         return out | credit_metrics([step for t in trajectories for step in t.steps])
 
     def extra_samples(self, step, advantage: float) -> list[TrainSample]:
