@@ -2,7 +2,8 @@
 Environment", arXiv 2510.14253), the pure parts: the GRM's verdict, the prompt
 generator's entropy reward, the K/C acceptance filter, per-question balancing of the GRM's
 self-generated labels, the HARDER/EASIER follow-up, the reward plateau that ends a
-phase, and an iteration's metrics pooled over its collection rounds. No model, engine or trainer imports: every function is tested by hand.
+phase, and an iteration's metrics pooled over its collection rounds. No model, engine or
+trainer imports: every function is tested by hand.
 
 Verdict rule (:func:`parse_verdict`): the LAST ``conclusion:`` in the text decides (the
 authors' reward code also splits on the last "conclusion"); the first word after it,
