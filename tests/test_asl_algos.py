@@ -20,6 +20,7 @@ from roleagent.algos.asl import (
     follow_up_hops,
     parse_verdict,
     plateaued,
+    pooled_means,
     verdict_entropy,
 )
 from roleagent.config import ConfigError, validate
@@ -371,3 +372,15 @@ def test_phases_stop_at_their_limit(tmp_path):
         method.scored = [({"reward": 0.0}, 4)]
         method.after_iteration([], iteration)
     assert method.phase == "pg" and method.round == 1  # nothing kept in 2 iterations: the round ends
+
+
+def test_pooled_means_weigh_each_round_by_its_trajectories():
+    import doctest
+
+    import roleagent.algos.asl
+
+    assert doctest.testmod(roleagent.algos.asl).failed == 0
+    rounds = [({"reward": 0.5, "unparsed": 0.25}, 4), ({"reward": 1.0}, 2)]
+    assert pooled_means(rounds) == pytest.approx({"reward": 4 / 6, "unparsed": 1 / 6})
+    assert pooled_means([({"reward": 0.1}, 3)]) == {"reward": 0.1}  # one round: as measured
+    assert pooled_means([({"reward": 0.0}, 0), ({"reward": 0.0}, 0)]) == {"reward": 0.0}  # nothing played
