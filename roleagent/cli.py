@@ -215,7 +215,8 @@ def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int
         examples += read_examples(expert_file)
     encoded = [encode_example(engine, e) for e in examples]
     base = sft_info(cfg.model.name, cfg.model.init_from, cfg.seed)
-    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print, quiet=False)
+    roles = [bool(e.meta.get("role")) for e in examples]  # sft.role_epochs keeps them out of the later passes
+    final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print, quiet=False, roles=roles)
     print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0
 

@@ -147,6 +147,7 @@ FIELD_RULES: dict[str, Rule] = {
     "sft.judge_eval_tasks": count(0),
     "sft.data": DATA,
     "sft.epochs": count(1),
+    "sft.role_epochs": count(0),
     "sft.lr": above(0),
     "sft.lr_schedule": one_of("constant", "cosine"),
     "sft.judge_eval_goals": one_of("new", "sft"),

@@ -3,6 +3,8 @@ trainer (loss, resume, checkpoint for model.init_from) and the command line."""
 
 from __future__ import annotations
 
+import dataclasses
+import doctest
 import json
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from roleagent.config import SFTConfig
+from roleagent.config import ConfigError, SFTConfig, load_config
 from roleagent.engine.hf import HFEngine, SamplingParams
 from roleagent.models.loading import load_init_model, load_policy
 from roleagent.rollout import actor
@@ -346,3 +348,35 @@ def test_cli_sft_smoke_and_bad_data(tmp_path):
     assert not (tmp_path / "out2").exists()
     neither = run_cli("sft", "--out", str(tmp_path / "out3"), *common, cwd=tmp_path)
     assert neither.returncode == 2 and "--data" in neither.stderr
+
+
+def test_role_epochs_keep_the_roles_examples_out_of_the_later_passes(tmp_path, engine, monkeypatch):
+    """``sft.role_epochs``: the first passes train on every example, the later ones on the
+    policy's alone; a run resumed with another setting is refused (it trained on other data)."""
+    assert doctest.testmod(sft_train).failed == 0  # epoch_plan's worked example
+    data = examples_for(engine)
+    roles = [i % 3 == 1 for i in range(len(data))]  # examples 1 and 4: a role's
+    seen: list[list[int]] = []
+    real_epoch = sft_train.sft_epoch
+
+    def spy(policy, optimizer, examples, cfg, seed, epoch, **kwargs):
+        seen.append([data.index(e) for e in examples])
+        return real_epoch(policy, optimizer, examples, cfg, seed, epoch, **kwargs)
+
+    monkeypatch.setattr(sft_train, "sft_epoch", spy)
+    cfg = SFTConfig(epochs=3, role_epochs=1, lr=1e-2, batch_examples=2, micro_batch_tokens=512)
+    sft_train.train_sft(sft_policy(), data, tmp_path, cfg=cfg, seed=0, roles=roles)
+    assert [sorted(s) for s in seen] == [[0, 1, 2, 3, 4, 5], [0, 2, 3, 5], [0, 2, 3, 5]]
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["steps"] for r in records] == [3, 2, 2]
+
+    (tmp_path / "final" / "done.json").unlink()
+    with pytest.raises(sft_train.CheckpointError, match="other SFT examples"):
+        sft_train.train_sft(sft_policy(), data, tmp_path, cfg=dataclasses.replace(cfg, role_epochs=2), roles=roles)
+    with pytest.raises(ValueError, match="every example is a role's"):
+        sft_train.train_sft(sft_policy(), data, tmp_path / "roles", cfg=cfg, roles=[True] * len(data))
+
+
+def test_role_epochs_beyond_the_epochs_is_a_config_error():
+    with pytest.raises(ConfigError, match="sft.role_epochs=3"):
+        load_config("role_agent_alfworld", overrides=["sft.epochs=2", "sft.role_epochs=3"])

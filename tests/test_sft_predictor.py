@@ -157,10 +157,14 @@ def test_the_switch_needs_world_in_agent_and_expert_data():
 
 
 def test_warm_start_trains_and_measures_the_predictor(tmp_path):
-    run(tmp_path / "run", 1, SFT + ["sft.predictor=true", "sft.predictor_eval_tasks=2"])
+    """With ``sft.role_epochs=1`` of 2, the second pass trains on the expert's examples alone."""
+    roles_first = ["sft.epochs=2", "sft.role_epochs=1", "sft.batch_examples=1"]
+    run(tmp_path / "run", 1, SFT + ["sft.predictor=true", "sft.predictor_eval_tasks=2"] + roles_first)
     sft = tmp_path / "run" / "sft"
     counts = json.loads((sft / "expert_counts.json").read_text())
     assert counts["predictor_examples"] > 0 and counts["predictor_valid_examples"] > 0
+    steps = [json.loads(line)["steps"] for line in (sft / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [counts["examples"] + counts["predictor_examples"], counts["examples"]]
     train = {json.loads(line)["meta"]["task"] for line in (sft / "predictor.jsonl").read_text().splitlines()}
     held_out = {json.loads(line)["meta"]["task"] for line in (sft / "predictor_valid.jsonl").read_text().splitlines()}
     assert train and held_out and not train & held_out

@@ -100,6 +100,13 @@ class SFTConfig:
         "find successes only on goals it was fine-tuned on; its judge may be favoured there)",
     )
     epochs: int = setting(3, "passes over the SFT examples")
+    role_epochs: int = setting(
+        0,
+        "the first role_epochs passes train on every example, the later ones on the policy's alone (examples "
+        "without a meta role: the expert's and sft.data's), so the roles' examples (predictor, analyst, "
+        "retriever, judge, ASL roles) do not have the last word on the acting policy; 0 = every pass on every "
+        "example",
+    )
     lr: float = setting(2e-4, "AdamW learning rate of the SFT (LoRA when model.lora_rank > 0, else all weights)")
     lr_schedule: str = setting(
         "constant", "constant | cosine over the run's optimizer steps (roleagent.trainer.optimizer)"
@@ -116,6 +123,8 @@ def check_warm_start(cfg) -> None:
     """Cross-field checks of the ``sft`` section against the run (``roleagent.config.validate``):
     the warm start has data, and each role's warm start has the method whose prompts it uses."""
     sft = cfg.sft
+    if not 0 <= sft.role_epochs <= sft.epochs:
+        raise ConfigError(f"sft.role_epochs={sft.role_epochs}: choose 0 (every pass) up to sft.epochs={sft.epochs}")
     if not sft.enabled:
         return
     if sft.expert_tasks == 0 and not sft.data and not sft.asl_roles:

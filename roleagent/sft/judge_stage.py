@@ -88,10 +88,11 @@ def _train(trainer, out: Path, examples: list) -> Path:
     sft = Path(cfg.run_dir) / "sft"
     expert = _read(sft / "expert.jsonl")
     encoded = [encode_example(trainer.engine, e) for e in examples + expert]
+    roles = [True] * len(examples) + [False] * len(expert)  # sft.role_epochs: the judge's, then the policy's
     start = str(final_dir(sft))
     policy = policy_from_config(m, seed=cfg.seed, init_from=start)
     base = sft_info(m.name, start, cfg.seed)
-    return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=_logger(trainer))
+    return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=_logger(trainer), roles=roles)
 
 
 def _measure(trainer, label: str, out: Path) -> None:

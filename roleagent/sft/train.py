@@ -12,6 +12,10 @@ Log-probs come from ``roleagent.trainer.samples.token_logprobs`` at temperature 
 Worked example: two examples with 3 and 1 target tokens of log-probs (-1, -2, -3) and
 (-6) give L = (1 + 2 + 3 + 6) / 4 = 3 whatever the micro-batching (``tests/test_sft.py``).
 
+With ``sft.role_epochs`` = k > 0, the first k passes take every example and the later
+ones only the acting policy's (``epoch_plan``), so the roles' examples (predictor, analyst,
+...) are learned first and the policy's have the last word.
+
 Output folder (``out``)::
 
     checkpoints/iter_00000k/   after epoch k (``roleagent.trainer.checkpoint``: weights or
@@ -58,11 +62,30 @@ def is_finished(out: str | Path) -> bool:
     return (final_dir(out) / DONE).is_file()
 
 
-def data_digest(examples: list[EncodedExample]) -> str:
+def data_digest(examples: list[EncodedExample], roles: list[bool] | None = None, role_epochs: int = 0) -> str:
+    """What a resumed run must have trained on: the examples, and with ``role_epochs`` which are the roles'."""
     digest = hashlib.sha256()
     for e in examples:
         digest.update(json.dumps([e.ids, e.loss_mask]).encode())
+    if role_epochs:
+        digest.update(json.dumps([role_epochs, roles]).encode())
     return digest.hexdigest()
+
+
+def epoch_plan(roles: list[bool], epochs: int, role_epochs: int) -> list[list[int]]:
+    """The example indices of each pass (``sft.role_epochs``): every example in the first
+    ``role_epochs`` passes, then only the policy's (``roles[i]`` false); every pass on
+    every example at 0. No policy example for a later pass: ValueError. E.g. 3 epochs,
+    role_epochs 1, the second of three examples a role's:
+
+    >>> epoch_plan([False, True, False], 3, 1)
+    [[0, 1, 2], [0, 2], [0, 2]]
+    """
+    every = list(range(len(roles)))
+    policy = [i for i in every if not roles[i]]
+    if role_epochs and role_epochs < epochs and not policy:
+        raise ValueError(f"sft.role_epochs={role_epochs} < sft.epochs={epochs}, but every example is a role's")
+    return [every if not role_epochs or epoch < role_epochs else policy for epoch in range(epochs)]
 
 
 def collate(examples: list[EncodedExample], pad_id: int, device: torch.device):
@@ -114,27 +137,36 @@ def train_sft(
     base: dict | None = None,
     log=None,
     quiet: bool = True,
+    roles: list[bool] | None = None,
 ) -> Path:
     """Fine-tune ``policy`` on ``examples`` (``cfg``: an ``SFTConfig``) into ``out``;
     resumes from ``out``'s newest epoch checkpoint; returns ``final_dir(out)``.
     ``base`` ({"base", "base_init_from", "seed"}) names the model under LoRA adapters.
+    ``roles`` marks the examples of a role other than the acting policy, which
+    ``cfg.role_epochs`` keeps out of the later passes (:func:`epoch_plan`).
     Unless ``quiet``: a phase line, then a bar per epoch (``roleagent.progress``)."""
     out = Path(out)
     if is_finished(out):
         return final_dir(out)
     if not examples:
         raise ValueError("no SFT examples to train on")
+    roles = roles if roles is not None else [False] * len(examples)
+    plan = epoch_plan(roles, cfg.epochs, cfg.role_epochs)
+    steps = [-(-len(part) // cfg.batch_examples) for part in plan]
     out.mkdir(parents=True, exist_ok=True)
-    optimizer = sft_optimizer(policy, cfg, total_steps=cfg.epochs * -(-len(examples) // cfg.batch_examples))
-    digest = data_digest(examples)
+    optimizer = sft_optimizer(policy, cfg, total_steps=sum(steps))
+    digest = data_digest(examples, roles, cfg.role_epochs)
     start = _resume(out, policy, optimizer.adamw, digest, log)
-    steps = -(-len(examples) // cfg.batch_examples)
     resumed = f", resuming at epoch {start + 1}" if start else ""
-    phase(f"SFT: {len(examples)} examples, {cfg.epochs} epochs × {steps} steps{resumed}", quiet=quiet)
+    shape = f"{cfg.epochs} epochs × {steps[0]} steps"
+    if plan[-1] != plan[0]:
+        shape = f"{sum(roles)} of the roles' in the first {cfg.role_epochs} of {cfg.epochs} epochs, {sum(steps)} steps"
+    phase(f"SFT: {len(examples)} examples, {shape}{resumed}", quiet=quiet)
     base = base or sft_info(policy.name, "", seed)
     for epoch in range(start, cfg.epochs):
-        with bar(len(examples), f"SFT epoch {epoch + 1}/{cfg.epochs}", "ex", quiet=quiet) as progress:
-            record = sft_epoch(policy, optimizer, examples, cfg, seed, epoch, progress=progress)
+        part = [examples[i] for i in plan[epoch]]
+        with bar(len(part), f"SFT epoch {epoch + 1}/{cfg.epochs}", "ex", quiet=quiet) as progress:
+            record = sft_epoch(policy, optimizer, part, cfg, seed, epoch, progress=progress)
         with (out / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         if log is not None:

@@ -281,14 +281,17 @@ def _measure_predictor(trainer, label: str, out: Path) -> None:
 def run_sft(trainer, out: Path) -> Path:
     """Fine-tune a fresh copy of the base policy on the collected examples into ``out``."""
     cfg, m = trainer.cfg, trainer.cfg.model
+    examples = collect_examples(trainer, out)
     encoded = [
-        (encode_predictor if e.meta.get("role") == "predictor" else encode_example)(trainer.engine, e)
-        for e in collect_examples(trainer, out)
+        (encode_predictor if e.meta.get("role") == "predictor" else encode_example)(trainer.engine, e) for e in examples
     ]
+    roles = [bool(e.meta.get("role")) for e in examples]  # the predictor's, analyst's, ...: not the acting policy's
     policy = policy_from_config(m, seed=cfg.seed, init_from=m.init_from)
     base = sft_info(m.name, m.init_from, cfg.seed)
     log = None if trainer.quiet else _warn
-    return train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log, quiet=trainer.quiet)
+    return train_sft(
+        policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log, quiet=trainer.quiet, roles=roles
+    )
 
 
 def _saved(out: Path, name: str = "evals.json") -> dict:
