@@ -19,7 +19,7 @@ bound its gain, both measured here:
 
 The gain per prediction is at most tokens per step ÷ cost ratio; it prints one line per k.
 
-    python benchmarks/probe_prompt_lookup.py --sft RUN/sft [--ks 2 4 6] [--batch 16] [--ngram 3] [--threads 2]
+    python benchmarks/probe_prompt_lookup.py --sft RUN/sft [--ks 2 4 6] [--batch 16] [--ngram 3] [--threads 2] [--dtype float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer("embedded")
@@ -125,9 +126,9 @@ def main(argv=None) -> None:
     print(
         f"{len(data)} transitions, {tokens} answer tokens ({tokens / len(data):.1f} each), prompts {prompt_mean:.0f} tokens"
     )
-    model = load_model("embedded", "cpu", torch.float32)
+    model = load_model("embedded", "cpu", getattr(torch, args.dtype))
     cost = step_cost(model, [p for p, _ in data[: args.batch]], tokenizer.pad_token_id, args.ks, args.repeats)
-    print(f"plain decode step at batch {args.batch}: {cost[0] * 1000:.0f} ms")
+    print(f"plain decode step at batch {args.batch}, {args.dtype}: {cost[0] * 1000:.0f} ms")
     for k in args.ks:
         per_step = tokens / sum(replay(p, a, args.ngram, k) for p, a in data)
         ratio = cost[k] / cost[0]
