@@ -200,7 +200,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int:
     from roleagent.models.loading import sft_info
-    from roleagent.sft.data import encode_example, write_examples
+    from roleagent.sft.data import encode_example, role_flags, write_examples
     from roleagent.sft.expert import play_expert
     from roleagent.sft.sources import read_examples
     from roleagent.sft.train import train_sft
@@ -215,7 +215,7 @@ def _sft_locked(args: argparse.Namespace, cfg, out: Path, examples: list) -> int
         examples += read_examples(expert_file)
     encoded = [encode_example(engine, e) for e in examples]
     base = sft_info(cfg.model.name, cfg.model.init_from, cfg.seed)
-    roles = [bool(e.meta.get("role")) for e in examples]  # sft.role_epochs keeps them out of the later passes
+    roles = role_flags(examples)
     final = train_sft(policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=print, quiet=False, roles=roles)
     print(f"SFT checkpoint: {final} (use it with --set model.init_from={final})")
     return 0

@@ -110,6 +110,12 @@ class EncodedExample:
 # ------------------------------------------------------------------ checks -----------
 
 
+def role_flags(examples: Iterable[ChatExample]) -> list[bool]:
+    """Which examples train a role other than the acting policy (a meta ``role``: predictor,
+    analyst, retriever, judge, ASL roles), for ``sft.role_epochs`` (``roleagent.sft.train.epoch_plan``)."""
+    return [bool(e.meta.get("role")) for e in examples]
+
+
 def check_example(data: Any, where: str = "example") -> ChatExample:
     """A :class:`ChatExample` from a decoded JSON value, or :class:`SFTDataError` naming ``where``."""
 

@@ -50,7 +50,7 @@ from roleagent.sft import retriever as retriever_sft
 from roleagent.sft.asl_warm_start import EVALS as ASL_EVALS
 from roleagent.sft.asl_warm_start import measure_asl_roles
 from roleagent.sft.asl_warm_start import train_examples as asl_train_examples
-from roleagent.sft.data import encode_example, write_examples
+from roleagent.sft.data import encode_example, role_flags, write_examples
 from roleagent.sft.expert import expert_examples, expert_tasks, expert_trajectories, solved
 from roleagent.sft.failures import diagnosed
 from roleagent.sft.judge_stage import judge_warm_start, judge_weights
@@ -285,12 +285,19 @@ def run_sft(trainer, out: Path) -> Path:
     encoded = [
         (encode_predictor if e.meta.get("role") == "predictor" else encode_example)(trainer.engine, e) for e in examples
     ]
-    roles = [bool(e.meta.get("role")) for e in examples]  # the predictor's, analyst's, ...: not the acting policy's
     policy = policy_from_config(m, seed=cfg.seed, init_from=m.init_from)
     base = sft_info(m.name, m.init_from, cfg.seed)
     log = None if trainer.quiet else _warn
     return train_sft(
-        policy, encoded, out, cfg=cfg.sft, seed=cfg.seed, base=base, log=log, quiet=trainer.quiet, roles=roles
+        policy,
+        encoded,
+        out,
+        cfg=cfg.sft,
+        seed=cfg.seed,
+        base=base,
+        log=log,
+        quiet=trainer.quiet,
+        roles=role_flags(examples),
     )
 
 
