@@ -151,6 +151,7 @@ FIELD_RULES: dict[str, Rule] = {
     "sft.lr": above(0),
     "sft.lr_schedule": one_of("constant", "cosine"),
     "sft.judge_eval_goals": one_of("new", "sft"),
+    "sft.judge_labels": one_of("tree", "progress"),
     "sft.warmup_steps": count(0),
     "sft.min_lr_ratio": within(0, 1),
     "sft.weight_decay": at_least(0),

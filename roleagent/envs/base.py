@@ -119,6 +119,13 @@ class Environment:
         """The next action of a built-in expert (planner, gold path), if there is one."""
         return None
 
+    def expert_distance(self) -> int | None:
+        """How many actions the built-in expert still needs from the current state to the
+        goal, where it can count them (TextCraft: the planner's remaining commands); None:
+        no such count, or the goal cannot be reached. ``roleagent.sft.judge_progress``
+        labels steps with it."""
+        return None
+
     def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
         """Rule-based failure diagnosis of a finished trajectory, if the env has one."""
         return None

@@ -130,6 +130,14 @@ class ScriptedEnv(Environment):
         door = self._door_room()
         return "open door" if self._room == door else "go right" if self._room < door else "go left"
 
+    def expert_distance(self) -> int:
+        """The expert's remaining steps: to the key and ``take key`` (unless held), to the
+        door, ``open door``. Example: corridor of 3, key in room 1, start in room 0 → 4."""
+        door, key = self._door_room(), self._task.payload["key_room"]
+        if self._has_key:
+            return abs(self._room - door) + 1
+        return abs(self._room - key) + 1 + abs(key - door) + 1
+
     def diagnose(self, trajectory: Trajectory) -> dict[str, Any] | None:
         if trajectory.success:
             return None

@@ -99,6 +99,12 @@ class SFTConfig:
         "judge_tasks, needing sft.expert_tasks >= judge_tasks + judge_eval_tasks: a small policy's trees "
         "find successes only on goals it was fine-tuned on; its judge may be favoured there)",
     )
+    judge_labels: str = setting(
+        "tree",
+        "sft.judge: the judge's training labels: tree (the transition point) | progress (roleagent.sft."
+        "judge_progress: every step of every training tree, Good when it shortens the environment's expert "
+        "plan, label-balanced; needs an environment with expert_distance, e.g. TextCraft)",
+    )
     epochs: int = setting(3, "passes over the SFT examples")
     role_epochs: int = setting(
         0,

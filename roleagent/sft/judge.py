@@ -71,13 +71,14 @@ REASONS = {
 }
 
 
-def judge_answer(action: str, verdict: str) -> str:
-    """The target answer for a step, Table 4's format: reasons, then the verdict line.
+def judge_answer(action: str, verdict: str, reason: str = "") -> str:
+    """The target answer for a step, Table 4's format: reasons (default: the tree's,
+    :data:`REASONS`), then the verdict line.
 
     >>> judge_answer("get 1 stick", "bad").splitlines()[-1]
     'Therefore, Judgment: Bad'
     """
-    return f'The action "{action}" was taken. {REASONS[verdict]}\nTherefore, Judgment: {verdict.capitalize()}'
+    return f'The action "{action}" was taken. {reason or REASONS[verdict]}\nTherefore, Judgment: {verdict.capitalize()}'
 
 
 def successful_keys(tree) -> set[tuple[str, ...]]:

@@ -8,7 +8,8 @@ expert SFT (``roleagent.sft.warm_start`` steps 1-4) and before its "sft" evaluat
    so no transition point;
 2. the judge's held-out competence as label "sft" (``agent_r_judge/*``, a ``{"judge":
    "sft", ...}`` record of ``metrics.jsonl``, kept in ``judge_evals.json``);
-3. a second SFT from the SFT weights on the judge examples and the expert's examples
+3. a second SFT from the SFT weights on the judge examples (the transition points', or with
+   ``sft.judge_labels: progress`` ``judge_progress.jsonl``) and the expert's examples
    again (the actor and the judge are one model: the action turns keep the actor's
    training in the mixture) into ``run_dir/sft/judge`` (``sft.*`` settings, resumable);
 4. its weights under the policy's fresh adapters, and the competence again ("judge").
@@ -27,10 +28,12 @@ from pathlib import Path
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config, sft_info
 from roleagent.sft.data import SFTDataError, encode_example
 from roleagent.sft.judge import judge_competence, summary, write_judge_data
+from roleagent.sft.judge_progress import write_progress_data
 from roleagent.sft.sources import read_examples
 from roleagent.sft.train import final_dir, is_finished, train_sft
 
 TRAIN, VALID, EVALS = "judge.jsonl", "judge_valid.jsonl", "judge_evals.json"
+PROGRESS = "judge_progress.jsonl"  # sft.judge_labels: progress
 
 
 def judge_dir(cfg) -> Path:
@@ -68,9 +71,9 @@ def judge_warm_start(trainer) -> None:
         _log(trainer, f"Agent-R judge data: {json.dumps(counts)}")
     if trainer.init_from != final:
         _measure(trainer, "sft", out)
-        examples = _read(out / TRAIN)
+        examples = _training_examples(trainer, out)
         if not examples:
-            _log(trainer, "sft.judge: no tree of a training goal held a success: no judge SFT")
+            _log(trainer, "sft.judge: the training trees gave no judge example (tree labels: no success): no judge SFT")
             return
         if not is_finished(out):
             _train(trainer, out, examples)
@@ -81,6 +84,19 @@ def judge_warm_start(trainer) -> None:
         trainer.engine.weights_changed()
         trainer.reset_objective()
     _measure(trainer, "judge", out)
+
+
+def _training_examples(trainer, out: Path) -> list:
+    """The judge's SFT examples: the training trees' transition points (``judge.jsonl``),
+    or with ``sft.judge_labels: progress`` every step of those trees labelled by the
+    environment's expert distance, label-balanced (``judge_progress.jsonl``, written once;
+    ``roleagent.sft.judge_progress``)."""
+    if trainer.cfg.sft.judge_labels != "progress":
+        return _read(out / TRAIN)
+    if not (out / PROGRESS).exists():
+        counts = write_progress_data(trainer.cfg, out / "trees_train", out / PROGRESS)
+        _log(trainer, f"Agent-R judge progress labels: {json.dumps(counts)}")
+    return _read(out / PROGRESS)
 
 
 def _train(trainer, out: Path, examples: list) -> Path:

@@ -135,5 +135,15 @@ class TextCraftEnv(Environment):
             return None
         return actions[0] if actions else None
 
+    def expert_distance(self) -> int | None:
+        """The planner's remaining commands from the current inventory (None: unsolvable).
+
+        Example: goal stick, task seed 0, empty inventory → 2 (get 2 bamboo, craft 1 stick
+        using 2 bamboo); after "get 1 oak logs" still 2 (craft the planks, then the sticks)."""
+        try:
+            return len(plan(self.tree, self.game.goal, self.game.inventory, self._recipes))
+        except Unsolvable:
+            return None
+
     def state_key(self, observation: str) -> str:
         return " ".join(f"{k.removeprefix('minecraft:')}={v}" for k, v in sorted(self.game.inventory.items()))
