@@ -169,3 +169,17 @@ def test_warm_start_trains_the_judge_on_progress_labels(tmp_path):
     assert (out / "final" / "done.json").is_file()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["judge"] for r in records if "judge" in r] == ["sft", "judge"]  # measured on the trees' labels
+
+
+def test_progress_labels_need_an_expert_distance():
+    from roleagent.config import load_config
+    from roleagent.fields import ConfigError
+    from tests.run_helpers import TINY
+    from tests.test_agent_r_train import AGENT_R
+
+    sft = ["sft.enabled=true", "sft.expert_tasks=2", "sft.judge=true", "sft.judge_labels=progress"]
+    assert load_config(None, TINY + AGENT_R + sft).sft.judge_labels == "progress"  # scripted: it has one
+    with pytest.raises(ConfigError, match="sft.judge_labels=progress needs an environment with expert_distance"):
+        load_config(None, TINY + AGENT_R + sft + ["env.name=search"])
+    with pytest.raises(ConfigError, match="sft.judge_labels"):
+        load_config(None, TINY + AGENT_R + sft[:3] + ["sft.judge_labels=state"])

@@ -156,8 +156,21 @@ def check_warm_start(cfg) -> None:
         )
     if sft.judge and not cfg.agent_r.enabled:
         raise ConfigError("sft.judge needs agent_r.enabled (its tree search and judge settings)")
+    if sft.judge and sft.judge_labels == "progress" and not _has_expert_distance(cfg.env.name):
+        raise ConfigError(
+            f"sft.judge_labels=progress needs an environment with expert_distance (e.g. textcraft); "
+            f"{cfg.env.name} has none: use sft.judge_labels=tree"
+        )
     if sft.judge and sft.judge_eval_goals == "sft" and sft.expert_tasks < sft.judge_tasks + sft.judge_eval_tasks:
         raise ConfigError(
             f"sft.judge_eval_goals=sft draws the judge's {sft.judge_tasks} training and {sft.judge_eval_tasks} "
             f"held-out goals from the {sft.expert_tasks} SFT goals (sft.expert_tasks): too few"
         )
+
+
+def _has_expert_distance(env_name: str) -> bool:
+    """Whether the environment's class counts the expert's remaining actions (overrides
+    ``Environment.expert_distance``), checked before a run grows any tree."""
+    from roleagent.envs.base import Environment, env_class, factory_of
+
+    return env_class(factory_of(env_name)).expert_distance is not Environment.expert_distance

@@ -4,8 +4,8 @@ closer? A denser, locally visible label than the search tree's transition point
 
 **Why.** The tree's label of a step (Good: some successful path the tree found continues
 from its state) depends on what else the search happened to try, not on anything the judge
-is shown. From 68 such examples of 9 goals the 135M judge learned the answer format and a
-constant verdict (``benchmarks/RESULTS.md``, "Roles at 135M"). An environment whose expert
+is shown. From 68 such examples of 9 goals, and again from 82 of 12, the 135M judge learned
+the answer format and a constant verdict (``benchmarks/RESULTS.md``, "Roles at 135M"). An environment whose expert
 can count the actions it still needs (:meth:`roleagent.envs.base.Environment.expert_distance`,
 TextCraft's planner) gives a label per step that the prompt does show: a command the game
 refused, an item the goal's recipes do not need, or one they do.
@@ -166,7 +166,7 @@ def rule_competence(env, examples: Sequence[ChatExample]):
         request = e.meta["request"]
         actions = [s[0] for s in request["steps"]]
         kinds = progress_kinds(env, tasks[e.meta["task"]], e.meta["seed"], actions)
-        verdicts.append(verdict(kinds[request["index"]]) if request["index"] < len(kinds) else "bad")
+        verdicts.append(verdict(kinds[request["index"]]))  # a tree's paths end with their episode
     return competence([e.meta for e in examples], verdicts)
 
 
