@@ -300,7 +300,8 @@ def write_judge_data(
     import json
     from pathlib import Path
 
-    from roleagent.methods.agent_r.mcts import Tree, save_trees
+    from roleagent.methods.agent_r.mcts import save_trees
+    from roleagent.methods.agent_r.tree import load_trees
     from roleagent.sft.data import write_examples
 
     out = Path(out)
@@ -313,7 +314,7 @@ def write_judge_data(
     for name, goals in (("train", train), ("valid", held_out)):
         folder, file = out / f"trees_{name}", out / ("judge.jsonl" if name == "train" else "judge_valid.jsonl")
         if file.exists() and folder.is_dir():  # this set's trees are grown: a rerun reads them
-            trees = [Tree.from_json(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+            trees = load_trees(folder)
         else:
             trees = grow_trees(cfg, engine, pool, goals, settings, progress and progress(name))
             save_trees(trees, folder)

@@ -174,13 +174,11 @@ def write_progress_data(cfg, trees_dir, out, *, balanced: bool = True) -> dict[s
     """The examples of the Agent-R trees in ``trees_dir`` (one JSON file each) in ``out``
     (``balanced``: :func:`balance` with ``cfg.seed``), replayed in a new ``cfg.env``
     environment; returns the counts: trees, steps, written, and steps per kind."""
-    from pathlib import Path
-
     from roleagent.envs import make_env
-    from roleagent.methods.agent_r.mcts import Tree
+    from roleagent.methods.agent_r.tree import load_trees
     from roleagent.sft.data import write_examples
 
-    trees = [Tree.from_json(json.loads(p.read_text())) for p in sorted(Path(trees_dir).glob("*.json"))]
+    trees = load_trees(trees_dir)
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     try:
         tasks, history = task_index(env), cfg.agent_r.judge_history

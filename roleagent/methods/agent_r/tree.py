@@ -181,3 +181,8 @@ def save_trees(trees: Sequence[Tree], directory: str | Path) -> list[Path]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     return [tree.save(directory / tree_filename(tree.task.id, tree.seed)) for tree in trees]
+
+
+def load_trees(directory: str | Path) -> list[Tree]:
+    """The trees :func:`save_trees` wrote to ``directory``, in file-name order."""
+    return [Tree.from_json(json.loads(p.read_text())) for p in sorted(Path(directory).glob("*.json"))]
