@@ -1,0 +1,45 @@
+"""The fixed-tree Agent-R benchmark (benchmarks/bench_agent_r_transition.py) on a hand-built
+tree: its two arms train the same good paths and revision thoughts and differ only in where
+the revision is spliced; its table pairs every arm with the start game by game."""
+
+import sys
+from pathlib import Path
+
+from test_agent_r_data import FakeTree
+
+from roleagent.methods.agent_r import data
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_agent_r_transition as bench  # noqa: E402
+
+
+def judged_pairs():
+    tree = FakeTree()
+    goods, pairs = data.select(tree, alpha=0.5, beta=0.2, max_good=2, max_pairs=1)
+    pairs[0].verdicts = ["bad", "good"]  # t' = the first bad step after the shared one
+    return [(tree, g) for g in goods], pairs
+
+
+def test_arms_differ_only_in_the_transition_point():
+    goods, pairs = judged_pairs()
+    direct = bench.arm_examples(goods, pairs, "direct", seed=0, fmt="think_action")
+    agent_r = bench.arm_examples(goods, pairs, "agent_r", seed=0, fmt="think_action")
+    assert [e.meta["kind"] for e in direct] == [e.meta["kind"] for e in agent_r] == ["good", "good", "revision"]
+    assert [e.messages for e in direct[:2]] == [e.messages for e in agent_r[:2]]
+    assert direct[2].meta["transition"] == 2 and not direct[2].meta["judged"]
+    assert agent_r[2].meta["transition"] == 1 and agent_r[2].meta["judged"]
+    thought = [m["content"] for m in direct[2].messages if data.is_revision_turn(m["content"])]
+    assert thought == [m["content"] for m in agent_r[2].messages if data.is_revision_turn(m["content"])]
+    trained = [[m["content"] for m in e.messages if m.get("loss")] for e in (direct[2], agent_r[2])]
+    assert trained[0] == trained[1]  # the thought and the good continuation: only the context moves
+    assert pairs[0].verdicts == ["bad", "good"]  # the direct arm leaves the judged pair as it was
+    assert bench.transition_stats(pairs) == {"pairs": 1, "judged": 1, "steps_cut": 1, "bad_steps_after_shared": 2}
+
+
+def test_report_pairs_each_arm_with_the_start():
+    start = [False, False, True, False]
+    runs = {"direct": [[False, False, True, False]] * 3, "agent_r": [[True, False, True, False]] * 3}
+    text = bench.report(start, runs, {"pairs": 1, "judged": 1, "steps_cut": 1, "bad_steps_after_shared": 2})
+    assert "| direct | 3 | 1/4 = 25.0%" in text and "3/12 = 25.0%" in text and "6/12 = 50.0%" in text
+    assert "b=0 c=3 of 12" in text  # agent_r gains game 0 in every seed
+    assert "agent_r vs direct, paired over (seed, game): +25.0 pts, b=0 c=3 of 12" in text
