@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,7 +41,9 @@ import _stats_table as st
 from bench_fresh_panel import per_game
 from bench_learning import run_cli
 
+from roleagent.algos.agent_r import loop_count
 from roleagent.config import load_config
+from roleagent.methods.agent_r import data
 from roleagent.sft.train import is_finished
 from roleagent.stats import paired_rate_test
 
@@ -50,7 +53,6 @@ LABEL = "panel"
 
 def pairs_of(cfg, trees_dir: Path):
     """Every tree's pairs as the method's first iteration selects them."""
-    from roleagent.methods.agent_r import data
     from roleagent.methods.agent_r.tree import load_trees
 
     a, trees = cfg.agent_r, load_trees(trees_dir)
@@ -67,7 +69,6 @@ def pairs_of(cfg, trees_dir: Path):
 def judge(cfg, pairs, out: Path) -> None:
     """Fill the pairs' verdicts: read back from ``out`` (checked to be these pairs), else
     judged by ``cfg``'s model and written there."""
-    from roleagent.methods.agent_r import data
     from roleagent.sft.role_cli import load_engine
 
     keys = [[p.tree.task.id, p.good, p.bad] for p in pairs]
@@ -91,8 +92,6 @@ def arm_examples(goods, pairs, arm: str, seed: int, fmt: str) -> list:
     """One arm's examples: the same good trajectories and revision thoughts in every arm;
     ``direct`` revises at the bad path's last step."""
     from dataclasses import replace
-
-    from roleagent.methods.agent_r import data
 
     rng = random.Random(f"{seed}/revision")
     chats = [data.good_example(tree, path, fmt) for tree, path in goods]
@@ -125,14 +124,25 @@ def train(cfg, examples_file: Path, out: Path, seed: int) -> None:
     save_final(policy, out, sft_info(cfg.model.name, cfg.model.init_from, seed))
 
 
-def evaluate(recipe: str, init_from: str, out: Path, panel: int) -> list:
-    """The panel's greedy outcomes of ``init_from`` (one ``roleagent eval``, resumed)."""
+def evaluate(recipe: str, init_from: str, out: Path, panel: int) -> dict:
+    """The panel's greedy play of ``init_from`` (one ``roleagent eval``, resumed): per-game
+    outcomes, the episodes that wrote the revision signal (and of them, those that succeeded)
+    and the mean loop count of length 1 (the paper's Figure 4 statistic)."""
     if st.eval_record(out, LABEL) is None:
         out.mkdir(parents=True, exist_ok=True)
         sets = [f"model.init_from={init_from}", "threads=1"]
         command = ["eval", recipe, "--out", str(out), "--label", LABEL, "--max-tasks", str(panel)]
         run_cli([*command, *[x for s in sets for x in ("--set", s)]], out / "eval.log")
-    return st.panel_evaluation(st.eval_record(out, LABEL))["outcomes"]
+    rollouts = (out / "rollouts" / f"eval_{LABEL}.jsonl").read_text().splitlines()
+    episodes = [json.loads(line) for line in rollouts if line.strip()]
+    revised = [e for e in episodes if any(data.is_revision_turn(s.get("action_text", "")) for s in e["steps"])]
+    loops = [loop_count([s.get("action") or "(invalid)" for s in e["steps"]], 1) for e in episodes]
+    return {
+        "outcomes": st.panel_evaluation(st.eval_record(out, LABEL))["outcomes"],
+        "revised": len(revised),
+        "revised_success": sum(bool(e.get("success")) for e in revised),
+        "loop1": sum(loops) / max(len(loops), 1),
+    }
 
 
 def transition_stats(pairs) -> dict:
@@ -144,22 +154,31 @@ def transition_stats(pairs) -> dict:
             "bad_steps_after_shared": sum(len(p.bad) - p.start for p in pairs)}  # fmt: skip
 
 
-def report(start: list, runs: dict[str, list[list]], stats: dict) -> str:
+def report(start: dict, runs: dict[str, list[dict]], stats: dict) -> str:
+    """The markdown table: each arm against the start, then agent_r against direct."""
     lines = ["# Agent-R's judged transition point vs direct revision, fixed trees", "",
              f"pairs {stats['pairs']}, with a Bad verdict {stats['judged']}; bad steps after the shared prefix "
              f"{stats['bad_steps_after_shared']}, of which the judge's t' cut {stats['steps_cut']}", "",
-             *st.md_header(["arm", "seeds", "start", "after, pooled over seeds", "paired over (seed, game)",
-                            "per game: rate over seeds vs start (sign flip)"])]  # fmt: skip
-    base = per_game([start])
-    for arm, outcomes in runs.items():
-        test = st.paired([({"outcomes": start}, {"outcomes": o}) for o in outcomes])
-        cell = test if isinstance(test, str) else f"{st.paired_text(test)}: {test.verdict}"
+             *st.md_header(["arm", "seeds", "success, pooled over seeds", "paired with the start over (seed, game)",
+                            "per game: rate over seeds vs start (sign flip)", "revised episodes (succeeded)",
+                            "loop count, length 1"])]  # fmt: skip
+    base = per_game([start["outcomes"]])
+
+    def row(arm: str, evals: list[dict]) -> str:
+        outcomes = [e["outcomes"] for e in evals]
         pooled = st.rate_cell([st.panel_evaluation({"eval/outcomes": o}) for o in outcomes])
-        start_cell = st.rate_cell([st.panel_evaluation({"eval/outcomes": start})])
+        revised = f"{sum(e['revised'] for e in evals)} ({sum(e['revised_success'] for e in evals)})"
+        loops = sum(e["loop1"] for e in evals) / len(evals)
+        if arm == "start":
+            return f"| start | - | {pooled} | - | - | {revised} | {loops:.2f} |"
+        test = st.paired([({"outcomes": start["outcomes"]}, {"outcomes": o}) for o in outcomes])
+        cell = test if isinstance(test, str) else f"{st.paired_text(test)}: {test.verdict}"
         rate = paired_rate_test(base, per_game(outcomes))
-        lines.append(f"| {arm} | {len(outcomes)} | {start_cell} | {pooled} | {cell} | {rate} |")
+        return f"| {arm} | {len(evals)} | {pooled} | {cell} | {rate} | {revised} | {loops:.2f} |"
+
+    lines += [row("start", [start]), *[row(arm, evals) for arm, evals in runs.items()]]
     if all(arm in runs for arm in ARMS):
-        a, b = (runs[arm] for arm in ARMS)
+        a, b = ([e["outcomes"] for e in runs[arm]] for arm in ARMS)
         test = st.paired(list(zip(({"outcomes": o} for o in a), ({"outcomes": o} for o in b))))
         cell = test if isinstance(test, str) else f"{st.paired_text(test)}: {test.verdict}"
         lines += ["", f"agent_r vs direct, paired over (seed, game): {cell}; "
@@ -205,8 +224,6 @@ def main(argv: list[str] | None = None) -> None:
         command = [sys.executable, __file__, "--trees", args.trees, "--start", args.start, "--out", args.out,
                    "--recipe", args.recipe, "--train-one", str(run / "examples.jsonl"), str(run / "sft"), str(seed)]  # fmt: skip
         if not is_finished(run / "sft"):
-            import subprocess
-
             with open(run / "sft.log", "w") as log:
                 subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
         return evaluate(args.recipe, str(run / "sft" / "final"), run / "eval", args.panel)

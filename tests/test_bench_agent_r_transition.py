@@ -37,9 +37,29 @@ def test_arms_differ_only_in_the_transition_point():
 
 
 def test_report_pairs_each_arm_with_the_start():
-    start = [False, False, True, False]
-    runs = {"direct": [[False, False, True, False]] * 3, "agent_r": [[True, False, True, False]] * 3}
+    def play(outcomes, revised=0):
+        return {"outcomes": outcomes, "revised": revised, "revised_success": 0, "loop1": 1.5}
+
+    start = play([False, False, True, False])
+    runs = {"direct": [play([False, False, True, False])] * 3, "agent_r": [play([True, False, True, False], 1)] * 3}
     text = bench.report(start, runs, {"pairs": 1, "judged": 1, "steps_cut": 1, "bad_steps_after_shared": 2})
-    assert "| direct | 3 | 1/4 = 25.0%" in text and "3/12 = 25.0%" in text and "6/12 = 50.0%" in text
-    assert "b=0 c=3 of 12" in text  # agent_r gains game 0 in every seed
+    assert "| start | - | 1/4 = 25.0% [4.6, 69.9] | - | - | 0 (0) | 1.50 |" in text
+    assert "| direct | 3 | 3/12 = 25.0%" in text and "| agent_r | 3 | 6/12 = 50.0%" in text
+    assert "b=0 c=3 of 12" in text and "| 3 (0) | 1.50 |" in text  # agent_r gains game 0 in every seed
     assert "agent_r vs direct, paired over (seed, game): +25.0 pts, b=0 c=3 of 12" in text
+
+
+def test_panel_play_counts_revised_episodes_and_loops(tmp_path):
+    import json
+
+    steps = [
+        {"action_text": "<think>I erred.</think>", "action": None},
+        {"action_text": "<action>a</action>", "action": "a"},
+    ]
+    episodes = [{"success": True, "steps": steps}, {"success": False, "steps": [steps[1]] * 3}]
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "eval_panel.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    record = {"eval": "panel", "split": "eval", "eval/outcomes": [1, 0]}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    play = bench.evaluate("agent_r_textcraft", "unused: already evaluated", tmp_path, 0)
+    assert play == {"outcomes": [True, False], "revised": 1, "revised_success": 1, "loop1": 2.0}
