@@ -226,10 +226,11 @@ def main(argv: list[str] | None = None) -> None:
         if not is_finished(run / "sft"):
             with open(run / "sft.log", "w") as log:
                 subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
-        return evaluate(args.recipe, str(run / "sft" / "final"), run / "eval", args.panel)
+        return evaluate(args.recipe, str(run / "sft" / "final"), run / panel_dir, args.panel)
 
+    panel_dir = f"eval_first{args.panel}" if args.panel else "eval"  # another --panel evaluates again
     with ThreadPoolExecutor(args.jobs) as pool:
-        start_future = pool.submit(evaluate, args.recipe, args.start, out / "start_eval", args.panel)
+        start_future = pool.submit(evaluate, args.recipe, args.start, out / f"start_{panel_dir}", args.panel)
         results = list(pool.map(one, jobs))
         start = start_future.result()
     runs = {arm: [r for (a, _, _), r in zip(jobs, results) if a == arm] for arm in ARMS}
