@@ -35,16 +35,23 @@ import random
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import _stats_table as st
 from bench_fresh_panel import per_game
 from bench_learning import run_cli
 
-from roleagent.algos.agent_r import loop_count
+from roleagent.algos.agent_r import loop_count, transition_point
 from roleagent.config import load_config
 from roleagent.methods.agent_r import data
-from roleagent.sft.train import is_finished
+from roleagent.methods.agent_r.tree import load_trees
+from roleagent.models.loading import sft_info
+from roleagent.sft.config import SFTConfig
+from roleagent.sft.data import encode_example, write_examples
+from roleagent.sft.role_cli import load_engine
+from roleagent.sft.sources import read_examples
+from roleagent.sft.train import is_finished, save_final, sft_epoch, sft_optimizer
 from roleagent.stats import paired_rate_test
 
 ARMS = ("direct", "agent_r")
@@ -53,8 +60,6 @@ LABEL = "panel"
 
 def pairs_of(cfg, trees_dir: Path):
     """Every tree's pairs as the method's first iteration selects them."""
-    from roleagent.methods.agent_r.tree import load_trees
-
     a, trees = cfg.agent_r, load_trees(trees_dir)
     goods, pairs = [], []
     for tree in trees:
@@ -69,8 +74,6 @@ def pairs_of(cfg, trees_dir: Path):
 def judge(cfg, pairs, out: Path) -> None:
     """Fill the pairs' verdicts: read back from ``out`` (checked to be these pairs), else
     judged by ``cfg``'s model and written there."""
-    from roleagent.sft.role_cli import load_engine
-
     keys = [[p.tree.task.id, p.good, p.bad] for p in pairs]
     if out.exists():
         rows = [json.loads(line) for line in out.read_text().splitlines() if line]
@@ -91,8 +94,6 @@ def judge(cfg, pairs, out: Path) -> None:
 def arm_examples(goods, pairs, arm: str, seed: int, fmt: str) -> list:
     """One arm's examples: the same good trajectories and revision thoughts in every arm;
     ``direct`` revises at the bad path's last step."""
-    from dataclasses import replace
-
     rng = random.Random(f"{seed}/revision")
     chats = [data.good_example(tree, path, fmt) for tree, path in goods]
     for pair in pairs:
@@ -102,13 +103,6 @@ def arm_examples(goods, pairs, arm: str, seed: int, fmt: str) -> list:
 
 def train(cfg, examples_file: Path, out: Path, seed: int) -> None:
     """The method's first-iteration SFT (``AgentRObjective.update``) on ``examples_file``."""
-    from roleagent.models.loading import sft_info
-    from roleagent.sft.config import SFTConfig
-    from roleagent.sft.data import encode_example
-    from roleagent.sft.role_cli import load_engine
-    from roleagent.sft.sources import read_examples
-    from roleagent.sft.train import is_finished, save_final, sft_epoch, sft_optimizer
-
     if is_finished(out):
         return
     a = cfg.agent_r
@@ -147,8 +141,6 @@ def evaluate(recipe: str, init_from: str, out: Path, panel: int) -> dict:
 
 def transition_stats(pairs) -> dict:
     """How the judge moved t': pairs with a Bad verdict, and bad steps cut off before it."""
-    from roleagent.algos.agent_r import transition_point
-
     cut = [len(p.bad) - 1 - transition_point(p.verdicts, start=p.start) for p in pairs]
     return {"pairs": len(pairs), "judged": sum("bad" in p.verdicts for p in pairs), "steps_cut": sum(cut),
             "bad_steps_after_shared": sum(len(p.bad) - p.start for p in pairs)}  # fmt: skip
@@ -210,8 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     judge(cfg, pairs, out / "pairs.jsonl")
     stats = transition_stats(pairs)
     print(json.dumps({"good": len(goods), **stats}), flush=True)
-    from roleagent.sft.data import write_examples
-
     jobs = []
     for arm in ARMS:
         for seed in args.seeds:
