@@ -22,7 +22,11 @@ on the **same fixed trees** and differ only in t':
    (:func:`roleagent.stats.paired_rate_test`).
 
     python benchmarks/bench_agent_r_transition.py --trees DIR --start CKPT --out OUT
-        [--recipe agent_r_textcraft] [--seeds 0 1 2] [--panel 0] [--jobs 2]
+        [--recipe agent_r_textcraft] [--seeds 0 1 2] [--panel 0] [--skip 0] [--jobs 2]
+
+``--skip k`` evaluates the goals after the first k (a fresh panel after one already seen;
+the runs are reused, the evaluations are new); ``--union R1 R2 ...`` reports the panels'
+``results_*.json`` files as one panel.
 
 Every step resumes: a finished run, evaluation or ``pairs.jsonl`` is read back.
 """
@@ -45,9 +49,9 @@ from bench_learning import run_cli
 from roleagent.algos.agent_r import loop_count, transition_point
 from roleagent.config import load_config
 from roleagent.methods.agent_r import data
+from roleagent.methods.agent_r.method import sft_settings
 from roleagent.methods.agent_r.tree import load_trees
 from roleagent.models.loading import sft_info
-from roleagent.sft.config import SFTConfig
 from roleagent.sft.data import encode_example, write_examples
 from roleagent.sft.role_cli import load_engine
 from roleagent.sft.sources import read_examples
@@ -60,15 +64,11 @@ LABEL = "panel"
 
 def pairs_of(cfg, trees_dir: Path):
     """Every tree's pairs as the method's first iteration selects them."""
-    a, trees = cfg.agent_r, load_trees(trees_dir)
-    goods, pairs = [], []
-    for tree in trees:
-        g, p = data.select(
-            tree, alpha=float(a.alpha_schedule[0]), beta=float(a.beta), max_good=a.max_good_per_tree, max_pairs=a.max_pairs_per_tree
-        )  # fmt: skip
-        goods += [(tree, path) for path in g]
-        pairs += p
-    return goods, pairs
+    a = cfg.agent_r
+    return data.select_all(
+        load_trees(trees_dir), alpha=float(a.alpha_schedule[0]), beta=float(a.beta), max_good=a.max_good_per_tree,
+        max_pairs=a.max_pairs_per_tree,
+    )  # fmt: skip
 
 
 def judge(cfg, pairs, out: Path) -> None:
@@ -108,9 +108,7 @@ def train(cfg, examples_file: Path, out: Path, seed: int) -> None:
     a = cfg.agent_r
     policy, engine = load_engine(cfg, lora=True)
     encoded = [encode_example(engine, e) for e in read_examples(examples_file)]
-    sft = SFTConfig(
-        lr=a.lr, batch_examples=a.batch_examples, micro_batch_tokens=a.micro_batch_tokens, grad_clip=cfg.optim.grad_clip
-    )
+    sft = sft_settings(a, cfg.optim.grad_clip)
     stepper = sft_optimizer(policy, sft, total_steps=0)
     records = [sft_epoch(policy, stepper, encoded, sft, seed * 1000, e) for e in range(a.epochs_first)]
     out.mkdir(parents=True, exist_ok=True)
@@ -118,14 +116,15 @@ def train(cfg, examples_file: Path, out: Path, seed: int) -> None:
     save_final(policy, out, sft_info(cfg.model.name, cfg.model.init_from, seed))
 
 
-def evaluate(recipe: str, init_from: str, out: Path, panel: int) -> dict:
+def evaluate(recipe: str, init_from: str, out: Path, panel: int, skip: int = 0) -> dict:
     """The panel's greedy play of ``init_from`` (one ``roleagent eval``, resumed): per-game
     outcomes, the episodes that wrote the revision signal (and of them, those that succeeded)
     and the mean loop count of length 1 (the paper's Figure 4 statistic)."""
     if st.eval_record(out, LABEL) is None:
         out.mkdir(parents=True, exist_ok=True)
         sets = [f"model.init_from={init_from}", "threads=1"]
-        command = ["eval", recipe, "--out", str(out), "--label", LABEL, "--max-tasks", str(panel)]
+        command = ["eval", recipe, "--out", str(out), "--label", LABEL, "--max-tasks", str(panel),
+                   "--skip-tasks", str(skip)]  # fmt: skip
         run_cli([*command, *[x for s in sets for x in ("--set", s)]], out / "eval.log")
     rollouts = (out / "rollouts" / f"eval_{LABEL}.jsonl").read_text().splitlines()
     episodes = [json.loads(line) for line in rollouts if line.strip()]
@@ -178,6 +177,23 @@ def report(start: dict, runs: dict[str, list[dict]], stats: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def union(results: list[dict]) -> dict:
+    """Several panels' ``results_*.json`` as one panel: outcomes concatenated in order,
+    revised episodes summed, loop counts averaged over every episode."""
+
+    def merged(evals: list[dict]) -> dict:
+        n = [len(e["outcomes"]) for e in evals]
+        return {"outcomes": [o for e in evals for o in e["outcomes"]],
+                "revised": sum(e["revised"] for e in evals),
+                "revised_success": sum(e["revised_success"] for e in evals),
+                "loop1": sum(e["loop1"] * k for e, k in zip(evals, n)) / max(sum(n), 1)}  # fmt: skip
+
+    runs = {
+        arm: [merged(list(seeds)) for seeds in zip(*(r["runs"][arm] for r in results))] for arm in results[0]["runs"]
+    }
+    return {"start": merged([r["start"] for r in results]), "runs": runs, "stats": results[0]["stats"]}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trees", required=True, help="a folder of MCTS trees (e.g. the judge stage's trees_valid)")
@@ -186,10 +202,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--recipe", default="agent_r_textcraft")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--panel", type=int, default=0, help="first k goals of the eval split (0: all)")
+    p.add_argument("--skip", type=int, default=0, help="evaluate on the goals after the first k")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one torch thread each")
+    p.add_argument("--union", nargs="+", metavar="RESULTS", help="report these panels' results_*.json as one panel")
     p.add_argument("--train-one", nargs=3, metavar=("EXAMPLES", "OUT", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     out = Path(args.out)
+    if args.union:  # panels already evaluated, reported as one
+        u = union([json.loads(Path(f).read_text()) for f in args.union])
+        return print(report(u["start"], u["runs"], u["stats"]))
     if args.train_one:  # one run's SFT, in its own process
         examples, target, seed = args.train_one
         cfg = load_config(args.recipe, [f"model.init_from={args.start}", f"seed={seed}", "threads=1"])
@@ -216,17 +237,18 @@ def main(argv: list[str] | None = None) -> None:
         if not is_finished(run / "sft"):
             with open(run / "sft.log", "w") as log:
                 subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
-        return evaluate(args.recipe, str(run / "sft" / "final"), run / panel_dir, args.panel)
+        return evaluate(args.recipe, str(run / "sft" / "final"), run / panel_dir, args.panel, args.skip)
 
-    panel_dir = f"eval_first{args.panel}" if args.panel else "eval"  # another --panel evaluates again
+    # another --panel or --skip evaluates again
+    panel_dir = "eval" + (f"_skip{args.skip}" if args.skip else "") + (f"_first{args.panel}" if args.panel else "")
     with ThreadPoolExecutor(args.jobs) as pool:
-        start_future = pool.submit(evaluate, args.recipe, args.start, out / f"start_{panel_dir}", args.panel)
+        start_future = pool.submit(evaluate, args.recipe, args.start, out / f"start_{panel_dir}", args.panel, args.skip)
         results = list(pool.map(one, jobs))
         start = start_future.result()
     runs = {arm: [r for (a, _, _), r in zip(jobs, results) if a == arm] for arm in ARMS}
     text = report(start, runs, stats)
-    (out / "table.md").write_text(text)
-    (out / "results.json").write_text(json.dumps({"start": start, "runs": runs, "stats": stats}))
+    (out / f"table_{panel_dir}.md").write_text(text)
+    (out / f"results_{panel_dir}.json").write_text(json.dumps({"start": start, "runs": runs, "stats": stats}))
     print(text)
 
 

@@ -85,6 +85,8 @@ def _eval_config(args: argparse.Namespace):
         cfg.env.eval_split, cfg.eval.splits = args.split, []
     if args.max_tasks is not None:
         cfg.eval.max_tasks = args.max_tasks
+    if args.skip_tasks is not None:
+        cfg.eval.skip_tasks = args.skip_tasks
     if not 1 <= args.workers <= MAX_EPISODES or args.trials < 1:
         raise ConfigError(f"--workers={args.workers}, --trials={args.trials}: must be in [1, {MAX_EPISODES}], >= 1")
     cfg.run_dir = args.out or str(Path(args.run) / "eval" if args.run else "runs/eval")
@@ -97,10 +99,9 @@ def _eval_config(args: argparse.Namespace):
 def _eval(args: argparse.Namespace) -> int:
     from roleagent.evaluation import (
         check_measured,
+        eval_panel,
         format_table,
-        panel,
         run_expert_episodes,
-        split_tasks,
         success_by_type,
     )
 
@@ -124,7 +125,7 @@ def _eval(args: argparse.Namespace) -> int:
             )
             rows = {}
             for split in splits:
-                tasks = panel(split_tasks(pool.meta, cfg.env, split), cfg.eval.max_tasks)
+                tasks = eval_panel(pool.meta, cfg, split)
                 max_steps = cfg.rollout.max_steps or pool.meta.max_steps
                 jobs = [(t, cfg.eval.seed) for t in tasks]
                 trajectories = run_expert_episodes(pool, jobs, max_steps=max_steps, quiet=False, desc=split)
@@ -255,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--env", help="environment name (overrides the recipe's)")
     ev.add_argument("--split", help="evaluation split / panel")
     ev.add_argument("--max-tasks", type=int, help="first k tasks of the panel")
+    ev.add_argument("--skip-tasks", type=int, help="leave out the split's first k tasks before --max-tasks")
     ev.add_argument("--workers", type=int, default=4, help="environment processes (expert policy)")
     ev.add_argument("--label", default="eval", help="row label of the table")
     ev.add_argument("--out", help="output folder (default: RUN/eval with --run, else runs/eval); never the run's files")

@@ -186,6 +186,9 @@ class EvalConfig:
     every: int = setting(0, "evaluate every k iterations (0: only before and after training)")
     at_start: bool = setting(True, "evaluate the initial policy")
     max_tasks: int = setting(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
+    skip_tasks: int = setting(
+        0, "leave out the first k tasks of each evaluation split before max_tasks (a fresh panel after one seen)"
+    )
     splits: list = setting(
         [],
         "evaluation panels: every evaluation plays the first max_tasks tasks of each of these splits "

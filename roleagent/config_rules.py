@@ -127,6 +127,7 @@ FIELD_RULES: dict[str, Rule] = {
     "optim.max_nonfinite_skips": count(0),
     "eval.every": count(0),
     "eval.max_tasks": count(0),
+    "eval.skip_tasks": count(0),
     "eval.temperature": at_least(0),
     "eval.greedy": one_of("token", "command"),
     "eval.seed": SEED,

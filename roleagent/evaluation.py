@@ -1,7 +1,7 @@
 """Evaluation on a fixed panel: the same tasks, the same seed, greedy decoding, any policy.
 
 A panel is the first ``max_tasks`` tasks of an environment's evaluation split in the
-split's fixed order (task ids are machine-independent), each played once with environment
+split's fixed order, after the first ``skip_tasks`` when those were a panel already seen (task ids are machine-independent), each played once with environment
 seed ``seed``. Policies: the model behind an ``HFEngine`` (base or trained), or the
 environment's built-in expert (``expert_action``), which checks the games themselves.
 With ``eval.sampled`` = k the trainer also plays every game k times at the training
@@ -27,8 +27,34 @@ from roleagent.terminal import printable
 from roleagent.types import Step, Task, Trajectory
 
 
-def panel(tasks: list[Task], max_tasks: int = 0) -> list[Task]:
-    return tasks[:max_tasks] if max_tasks > 0 else list(tasks)
+def panel(tasks: list[Task], max_tasks: int = 0, skip: int = 0) -> list[Task]:
+    """The ``max_tasks`` tasks (0: all) after the first ``skip``.
+
+    >>> panel(["t0", "t1", "t2", "t3", "t4"], 2, skip=1), panel(["t0", "t1", "t2"], 0, skip=1)
+    (['t1', 't2'], ['t1', 't2'])
+    """
+    tasks = list(tasks[skip:])
+    return tasks[:max_tasks] if max_tasks > 0 else tasks
+
+
+def eval_panel(env, cfg, split: str) -> list[Task]:
+    """The tasks an evaluation of ``cfg`` plays on ``split``: ``eval.max_tasks`` after the
+    first ``eval.skip_tasks``. A skip that leaves no task is a ``ConfigError``."""
+    tasks = split_tasks(env, cfg.env, split)
+    chosen = panel(tasks, cfg.eval.max_tasks, cfg.eval.skip_tasks)
+    if tasks and not chosen:
+        from roleagent.fields import ConfigError
+
+        raise ConfigError(f"eval.skip_tasks={cfg.eval.skip_tasks}: {split!r} has {len(tasks)} tasks, none left")
+    return chosen
+
+
+def panel_ids(cfg, env) -> set[str]:
+    """The ids every evaluation of ``cfg`` plays or skipped (the first ``eval.skip_tasks``
+    + ``eval.max_tasks`` of each evaluation split of ``env``): training data leaves them out."""
+    e = cfg.eval
+    n = e.skip_tasks + e.max_tasks if e.max_tasks > 0 else 0
+    return {t.id for split in eval_splits(cfg) for t in panel(split_tasks(env, cfg.env, split), n)}
 
 
 def split_tasks(env, env_cfg, split: str) -> list[Task]:

@@ -49,6 +49,18 @@ def test_report_pairs_each_arm_with_the_start():
     assert "agent_r vs direct, paired over (seed, game): +25.0 pts, b=0 c=3 of 12" in text
 
 
+def test_union_reports_two_panels_as_one():
+    def play(outcomes, revised, loop1):
+        return {"outcomes": outcomes, "revised": revised, "revised_success": 0, "loop1": loop1}
+
+    stats = {"pairs": 1}
+    first = {"start": play([True], 0, 3.0), "runs": {"direct": [play([False], 1, 2.0)] * 2}, "stats": stats}
+    later = {"start": play([False, False, True], 0, 1.0), "runs": {"direct": [play([True] * 3, 0, 2.0)] * 2}}
+    u = bench.union([first, later])
+    assert u["start"] == play([True, False, False, True], 0, 1.5) and u["stats"] == stats
+    assert u["runs"]["direct"] == [play([False, True, True, True], 1, 2.0)] * 2
+
+
 def test_panel_play_counts_revised_episodes_and_loops(tmp_path):
     import json
 

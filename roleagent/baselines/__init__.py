@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roleagent.evaluation import eval_splits, panel, replay_crashed, success_by_type
+from roleagent.evaluation import eval_panel, eval_splits, replay_crashed, success_by_type
 
 
 def evaluate_baseline(
@@ -38,7 +38,7 @@ def evaluate_baseline(
     with make_pool(cfg.env, slots=workers) as pool:
         max_steps = cfg.rollout.max_steps or pool.meta.max_steps
         columns = pool.meta.table_columns
-        panels = {split: panel(pool.meta.tasks(split), cfg.eval.max_tasks) for split in splits or eval_splits(cfg)}
+        panels = {split: eval_panel(pool.meta, cfg, split) for split in splits or eval_splits(cfg)}
         every_task = [task for tasks in panels.values() for task in tasks]  # one expert example per type, played once
         examples = expert_examples(pool, every_task, cfg.env.train_split, cfg.eval.seed)
         for split, tasks in panels.items():

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from roleagent.envs.search.retriever import load_corpus
+from roleagent.evaluation import panel_ids
 from roleagent.methods.asl.prompts import PG_SYSTEM, meta_prompt, role_chat
 from roleagent.methods.asl.roles import PGEvidence, grm_evidence, pg_evidence, title_of, verdict_replies
 from roleagent.sft.asl_competence import generate, generator_competence, gold_answers, summary, verifier_competence
@@ -111,7 +112,7 @@ def prepare(trainer, out: Path) -> None:
     """Write the role data once (its files exist: nothing to do)."""
     if (out / COUNTS).exists():
         return
-    exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
+    exclude = panel_ids(trainer.cfg, trainer.pool.meta)
     write_role_data(trainer.cfg, trainer.train_tasks, out, env=trainer.pool.meta, exclude=exclude)
 
 
@@ -221,7 +222,6 @@ draws one, instead of the held-out question's own passage."""
 def main(argv: Sequence[str] | None = None) -> int:
     from roleagent.config import load_config
     from roleagent.envs import make_env
-    from roleagent.evaluation import eval_splits, panel
     from roleagent.sft.role_cli import load_engine, role_parser
     from roleagent.trainer.checks import prepare
 
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "data":
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        exclude = {t.id for split in eval_splits(cfg) for t in panel(env.tasks(split), cfg.eval.max_tasks)}
+        exclude = panel_ids(cfg, env)
         counts = write_role_data(cfg, env.tasks(cfg.env.train_split), out, env=env, exclude=exclude)
         both = [e for role in ROLES for e in _examples(out / train_file(role))]
         counts["asl_train_examples"] = write_examples(out / "asl_train.jsonl", both)

@@ -55,12 +55,12 @@ def play_expert_trajectories(
     first ``n`` of ``n + k`` tasks are the ``n`` that ``n_tasks=n`` plays), and the
     rollout settings they were played with."""
     from roleagent.envs.workers import make_pool
-    from roleagent.evaluation import eval_splits, panel
+    from roleagent.evaluation import panel_ids
 
     e = cfg.env
     with make_pool(e, slots=workers) as pool:
         meta = pool.meta
-        exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
+        exclude = panel_ids(cfg, meta)
         tasks = expert_tasks(meta.tasks(e.train_split), n_tasks, seed=cfg.seed, exclude=exclude)
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
         return expert_trajectories(engine, pool, tasks, settings, seed=cfg.seed, quiet=quiet), settings

@@ -374,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _data(cfg, engine, out, *, tasks: int, valid: int, valid_skip: int = 0) -> dict:
     from roleagent.envs.workers import make_pool
-    from roleagent.evaluation import eval_splits, panel
+    from roleagent.evaluation import panel_ids
     from roleagent.rollout import rollout_settings
 
     e = cfg.env
@@ -383,7 +383,7 @@ def _data(cfg, engine, out, *, tasks: int, valid: int, valid_skip: int = 0) -> d
     slots = min(32, max(tasks, valid, 1) * cfg.agent_r.candidates)
     with make_pool(e, slots=slots) as pool:
         meta = pool.meta
-        exclude = {t.id for split in eval_splits(cfg) for t in panel(meta.tasks(split), cfg.eval.max_tasks)}
+        exclude = panel_ids(cfg, meta)
         settings = rollout_settings(cfg, cfg.rollout.max_steps or meta.max_steps)
         train = meta.tasks(e.train_split)
         from tqdm import tqdm

@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from roleagent.evaluation import panel_ids
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config, sft_info
 from roleagent.sft.data import SFTDataError, encode_example
 from roleagent.sft.judge import judge_competence, summary, write_judge_data
@@ -56,7 +57,7 @@ def judge_warm_start(trainer) -> None:
     out.mkdir(parents=True, exist_ok=True)
     final = str(final_dir(out))
     if not (out / TRAIN).exists():
-        exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
+        exclude = panel_ids(trainer.cfg, trainer.pool.meta)
         counts = write_judge_data(
             cfg,
             trainer.engine,

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roleagent.engine.chat import prompt_fits
+from roleagent.evaluation import panel_ids
 from roleagent.models.loading import copy_base_weights, load_init_model, policy_from_config, sft_info
 from roleagent.rollout import run_episodes
 from roleagent.sft import analyst as analyst_sft
@@ -144,7 +145,7 @@ def play_expert_data(trainer, out: Path) -> None:
     files = [out / "expert.jsonl"] + ([out / PREDICTOR_TRAIN, out / PREDICTOR_VALID] if cfg.sft.predictor else [])
     if all(f.exists() for f in files):
         return
-    exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
+    exclude = panel_ids(trainer.cfg, trainer.pool.meta)
     n, held_out = cfg.sft.expert_tasks, cfg.sft.predictor_eval_tasks if cfg.sft.predictor else 0
     room = sum(t.id not in exclude for t in trainer.train_tasks) - n
     if 0 <= room < held_out:
@@ -179,7 +180,7 @@ def play_analyst_data(trainer, out: Path) -> None:
     names = [ANALYST_TRAIN, ANALYST_VALID] + ([RETRIEVER_TRAIN, RETRIEVER_VALID] if sft.retriever else [])
     if all((out / name).exists() for name in names):
         return
-    exclude = {t.id for tasks in trainer.eval_panels.values() for t in tasks}
+    exclude = panel_ids(trainer.cfg, trainer.pool.meta)
     start = max(sft.expert_tasks + (sft.predictor_eval_tasks if sft.predictor else 0), sft.analyst_tasks)
     room = sum(t.id not in exclude for t in trainer.train_tasks)
     held_out = max(min(sft.analyst_eval_tasks, room - start), 0)

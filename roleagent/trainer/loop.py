@@ -40,7 +40,7 @@ from roleagent.config import ConfigError, TrainConfig
 from roleagent.dynamic_sampling import check_collector, collect_rounds
 from roleagent.engine import SamplingParams, create_engine, drop_prefix_kv, engine_settings
 from roleagent.envs.workers import make_pool
-from roleagent.evaluation import eval_splits, panel, split_tasks
+from roleagent.evaluation import eval_panel, eval_splits, split_tasks
 from roleagent.models.hub import check_hub_model
 from roleagent.models.loading import engine_policy, sft_info
 from roleagent.rollout import rollout_settings
@@ -110,9 +110,7 @@ class Trainer:
         self.pool = make_pool(cfg.env, slots=slots)  # worker processes, in-process or Ray actors
         env = self.pool.meta
         self.train_tasks = split_tasks(env, cfg.env, cfg.env.train_split)
-        self.eval_panels = {
-            split: panel(split_tasks(env, cfg.env, split), cfg.eval.max_tasks) for split in eval_splits(cfg)
-        }
+        self.eval_panels = {split: eval_panel(env, cfg, split) for split in eval_splits(cfg)}
         self.eval_tasks = next(iter(self.eval_panels.values()))  # the first panel
         if len(self.train_tasks) < r.tasks_per_iter:
             raise ValueError(f"{len(self.train_tasks)} training tasks < rollout.tasks_per_iter={r.tasks_per_iter}")

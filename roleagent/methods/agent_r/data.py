@@ -98,6 +98,16 @@ def select(tree, *, alpha: float, beta: float, max_good: int, max_pairs: int) ->
     return goods, pairs
 
 
+def select_all(trees, *, alpha: float, beta: float, max_good: int, max_pairs: int):
+    """:func:`select` over ``trees``: ``([(tree, good path), ...], pairs)``."""
+    goods, pairs = [], []
+    for tree in trees:
+        g, p = select(tree, alpha=alpha, beta=beta, max_good=max_good, max_pairs=max_pairs)
+        goods += [(tree, path) for path in g]
+        pairs += p
+    return goods, pairs
+
+
 def judge_pairs(pairs: list[Pair], engine, env: str, *, history: int, max_new_tokens: int) -> list[Judgement]:
     """Fill each pair's verdicts, answers and truncation flags for its bad steps after the
     shared prefix (one batched generation of ``engine``); return every judgement."""

@@ -105,17 +105,9 @@ class AgentRMethod(Method):
         cfg, ctx = self.config, self.context
         fmt = ctx.settings.action_format
         alpha = alpha_for_iteration(self.iteration, [float(a) for a in cfg.alpha_schedule])
-        goods, pairs = [], []
-        for tree in trees:
-            g, p = data.select(
-                tree,
-                alpha=alpha,
-                beta=float(cfg.beta),
-                max_good=cfg.max_good_per_tree,
-                max_pairs=cfg.max_pairs_per_tree,
-            )
-            goods += [(tree, path) for path in g]
-            pairs += p
+        goods, pairs = data.select_all(
+            trees, alpha=alpha, beta=float(cfg.beta), max_good=cfg.max_good_per_tree, max_pairs=cfg.max_pairs_per_tree
+        )
         started = time.perf_counter()
         judgements = []
         if cfg.judge:
@@ -179,6 +171,16 @@ class AgentRMethod(Method):
                 shutil.rmtree(folder)
 
 
+def sft_settings(agent_r, grad_clip: float) -> SFTConfig:
+    """The revision SFT's settings, from the ``agent_r`` block (its rate stays constant)."""
+    return SFTConfig(
+        lr=agent_r.lr,
+        batch_examples=agent_r.batch_examples,
+        micro_batch_tokens=agent_r.micro_batch_tokens,
+        grad_clip=grad_clip,
+    )
+
+
 class AgentRObjective:
     """Iterative SFT on the iteration's examples (``roleagent.sft.train.sft_epoch``): the
     loop's advantages are not used. ``samples`` returns encoded chat examples."""
@@ -188,10 +190,7 @@ class AgentRObjective:
         cfg = method.config
         policy = method.context.policy
         self.policy = policy
-        grad_clip = method.context.cfg.optim.grad_clip
-        self.sft = SFTConfig(
-            lr=cfg.lr, batch_examples=cfg.batch_examples, micro_batch_tokens=cfg.micro_batch_tokens, grad_clip=grad_clip
-        )
+        self.sft = sft_settings(cfg, method.context.cfg.optim.grad_clip)
         self.stepper = sft_optimizer(policy, self.sft, total_steps=0)  # constant rate over the iterations
         self.optimizer = self.stepper.adamw  # what checkpoints save
 
