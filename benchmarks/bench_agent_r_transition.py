@@ -116,23 +116,25 @@ def train(cfg, examples_file: Path, out: Path, seed: int) -> None:
     save_final(policy, out, sft_info(cfg.model.name, cfg.model.init_from, seed))
 
 
-def evaluate(recipe: str, init_from: str, out: Path, panel: int, skip: int = 0) -> dict:
+def evaluate(recipe: str, init_from: str, out: Path, panel: int, skip: int = 0, sets: tuple = ()) -> dict:
     """The panel's greedy play of ``init_from`` (one ``roleagent eval``, resumed): per-game
     outcomes, the episodes that wrote the revision signal (and of them, those that succeeded)
     and the mean loop count of length 1 (the paper's Figure 4 statistic)."""
     if st.eval_record(out, LABEL) is None:
         out.mkdir(parents=True, exist_ok=True)
-        sets = [f"model.init_from={init_from}", "threads=1"]
+        sets = [f"model.init_from={init_from}", "threads=1", *sets]
         command = ["eval", recipe, "--out", str(out), "--label", LABEL, "--max-tasks", str(panel),
                    "--skip-tasks", str(skip)]  # fmt: skip
         run_cli([*command, *[x for s in sets for x in ("--set", s)]], out / "eval.log")
     rollouts = (out / "rollouts" / f"eval_{LABEL}.jsonl").read_text().splitlines()
     episodes = [json.loads(line) for line in rollouts if line.strip()]
-    revised = [e for e in episodes if any(data.is_revision_turn(s.get("action_text", "")) for s in e["steps"])]
+    signal = [any(data.is_revision_turn(s.get("action_text", "")) for s in e["steps"]) for e in episodes]
+    revised = [e for e, wrote in zip(episodes, signal) if wrote]
     loops = [loop_count([s.get("action") or "(invalid)" for s in e["steps"]], 1) for e in episodes]
     return {
         "outcomes": st.panel_evaluation(st.eval_record(out, LABEL))["outcomes"],
         "revised": len(revised),
+        "revised_games": signal,  # per episode, in panel order
         "revised_success": sum(bool(e.get("success")) for e in revised),
         "loop1": sum(loops) / max(len(loops), 1),
     }
@@ -172,8 +174,12 @@ def report(start: dict, runs: dict[str, list[dict]], stats: dict) -> str:
         a, b = ([e["outcomes"] for e in runs[arm]] for arm in ARMS)
         test = st.paired(list(zip(({"outcomes": o} for o in a), ({"outcomes": o} for o in b))))
         cell = test if isinstance(test, str) else f"{st.paired_text(test)}: {test.verdict}"
+        signal = (per_game([e["revised_games"] for e in runs[arm]]) for arm in ARMS)
         lines += ["", f"agent_r vs direct, paired over (seed, game): {cell}; "
-                      f"per game (sign flip): {paired_rate_test(per_game(a), per_game(b))}"]  # fmt: skip
+                      f"per game (sign flip): {paired_rate_test(per_game(a), per_game(b))}",
+                  f"episodes that write the revision signal (fewer: fewer turns lost), agent_r vs direct per game "
+                  f"(sign flip): "
+                  f"{paired_rate_test(*signal)}"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -186,6 +192,7 @@ def union(results: list[dict]) -> dict:
         return {"outcomes": [o for e in evals for o in e["outcomes"]],
                 "revised": sum(e["revised"] for e in evals),
                 "revised_success": sum(e["revised_success"] for e in evals),
+                "revised_games": [r for e in evals for r in e["revised_games"]],
                 "loop1": sum(e["loop1"] * k for e, k in zip(evals, n)) / max(sum(n), 1)}  # fmt: skip
 
     runs = {
@@ -196,21 +203,24 @@ def union(results: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trees", required=True, help="a folder of MCTS trees (e.g. the judge stage's trees_valid)")
-    p.add_argument("--start", required=True, help="the checkpoint both arms start from, which also judges")
-    p.add_argument("--out", required=True)
+    p.add_argument("--trees", help="a folder of MCTS trees (e.g. the judge stage's trees_valid)")
+    p.add_argument("--start", help="the checkpoint both arms start from, which also judges")
+    p.add_argument("--out")
     p.add_argument("--recipe", default="agent_r_textcraft")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--panel", type=int, default=0, help="first k goals of the eval split (0: all)")
     p.add_argument("--skip", type=int, default=0, help="evaluate on the goals after the first k")
+    p.add_argument("--eval-set", action="append", default=[], metavar="KEY=VALUE", help="a setting of every evaluation")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one torch thread each")
     p.add_argument("--union", nargs="+", metavar="RESULTS", help="report these panels' results_*.json as one panel")
     p.add_argument("--train-one", nargs=3, metavar=("EXAMPLES", "OUT", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    out = Path(args.out)
     if args.union:  # panels already evaluated, reported as one
         u = union([json.loads(Path(f).read_text()) for f in args.union])
         return print(report(u["start"], u["runs"], u["stats"]))
+    if not (args.trees and args.start and args.out):
+        p.error("--trees, --start and --out are required (unless --union)")
+    out = Path(args.out)
     if args.train_one:  # one run's SFT, in its own process
         examples, target, seed = args.train_one
         cfg = load_config(args.recipe, [f"model.init_from={args.start}", f"seed={seed}", "threads=1"])
@@ -237,12 +247,16 @@ def main(argv: list[str] | None = None) -> None:
         if not is_finished(run / "sft"):
             with open(run / "sft.log", "w") as log:
                 subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
-        return evaluate(args.recipe, str(run / "sft" / "final"), run / panel_dir, args.panel, args.skip)
+        return evaluate(
+            args.recipe, str(run / "sft" / "final"), run / panel_dir, args.panel, args.skip, tuple(args.eval_set)
+        )
 
     # another --panel or --skip evaluates again
     panel_dir = "eval" + (f"_skip{args.skip}" if args.skip else "") + (f"_first{args.panel}" if args.panel else "")
     with ThreadPoolExecutor(args.jobs) as pool:
-        start_future = pool.submit(evaluate, args.recipe, args.start, out / f"start_{panel_dir}", args.panel, args.skip)
+        start_future = pool.submit(
+            evaluate, args.recipe, args.start, out / f"start_{panel_dir}", args.panel, args.skip, tuple(args.eval_set)
+        )
         results = list(pool.map(one, jobs))
         start = start_future.result()
     runs = {arm: [r for (a, _, _), r in zip(jobs, results) if a == arm] for arm in ARMS}

@@ -38,7 +38,8 @@ def test_arms_differ_only_in_the_transition_point():
 
 def test_report_pairs_each_arm_with_the_start():
     def play(outcomes, revised=0):
-        return {"outcomes": outcomes, "revised": revised, "revised_success": 0, "loop1": 1.5}
+        flags = [i < revised for i in range(len(outcomes))]
+        return {"outcomes": outcomes, "revised": revised, "revised_success": 0, "revised_games": flags, "loop1": 1.5}
 
     start = play([False, False, True, False])
     runs = {"direct": [play([False, False, True, False])] * 3, "agent_r": [play([True, False, True, False], 1)] * 3}
@@ -47,18 +48,22 @@ def test_report_pairs_each_arm_with_the_start():
     assert "| direct | 3 | 3/12 = 25.0%" in text and "| agent_r | 3 | 6/12 = 50.0%" in text
     assert "b=0 c=3 of 12" in text and "| 3 (0) | 1.50 |" in text  # agent_r gains game 0 in every seed
     assert "agent_r vs direct, paired over (seed, game): +25.0 pts, b=0 c=3 of 12" in text
+    assert (
+        "revision signal (fewer: fewer turns lost), agent_r vs direct per game (sign flip): +25.0 points, 1 up" in text
+    )
 
 
 def test_union_reports_two_panels_as_one():
     def play(outcomes, revised, loop1):
-        return {"outcomes": outcomes, "revised": revised, "revised_success": 0, "loop1": loop1}
+        flags = [i < revised for i in range(len(outcomes))]
+        return {"outcomes": outcomes, "revised": revised, "revised_success": 0, "revised_games": flags, "loop1": loop1}
 
     stats = {"pairs": 1}
     first = {"start": play([True], 0, 3.0), "runs": {"direct": [play([False], 1, 2.0)] * 2}, "stats": stats}
     later = {"start": play([False, False, True], 0, 1.0), "runs": {"direct": [play([True] * 3, 0, 2.0)] * 2}}
     u = bench.union([first, later])
     assert u["start"] == play([True, False, False, True], 0, 1.5) and u["stats"] == stats
-    assert u["runs"]["direct"] == [play([False, True, True, True], 1, 2.0)] * 2
+    assert u["runs"]["direct"] == [play([False, True, True, True], 1, 2.0)] * 2  # flags: [True, False, False, False]
 
 
 def test_panel_play_counts_revised_episodes_and_loops(tmp_path):
@@ -74,4 +79,6 @@ def test_panel_play_counts_revised_episodes_and_loops(tmp_path):
     record = {"eval": "panel", "split": "eval", "eval/outcomes": [1, 0]}
     (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
     play = bench.evaluate("agent_r_textcraft", "unused: already evaluated", tmp_path, 0)
-    assert play == {"outcomes": [True, False], "revised": 1, "revised_success": 1, "loop1": 2.0}
+    assert play == {
+        "outcomes": [True, False], "revised": 1, "revised_success": 1, "revised_games": [True, False], "loop1": 2.0
+    }  # fmt: skip
