@@ -186,13 +186,10 @@ class EvalConfig:
     every: int = setting(0, "evaluate every k iterations (0: only before and after training)")
     at_start: bool = setting(True, "evaluate the initial policy")
     max_tasks: int = setting(0, "evaluate the first k panel tasks (0: all); the panel order is fixed")
-    skip_tasks: int = setting(
-        0, "leave out the first k tasks of each evaluation split before max_tasks (a fresh panel after one seen)"
-    )
+    skip_tasks: int = setting(0, "start the panel after the split's first k tasks (a fresh panel after one seen)")
     splits: list = setting(
         [],
-        "evaluation panels: every evaluation plays the first max_tasks tasks of each of these splits "
-        "(e.g. [valid_seen, valid_unseen]); [] = [env.eval_split]",
+        "evaluation panels, each played by every evaluation (e.g. [valid_seen, valid_unseen]); [] = [env.eval_split]",
     )
     temperature: float = setting(0.0, "0 = greedy")
     greedy: str = setting(
