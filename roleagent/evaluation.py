@@ -1,9 +1,10 @@
 """Evaluation on a fixed panel: the same tasks, the same seed, greedy decoding, any policy.
 
 A panel is the first ``max_tasks`` tasks of an environment's evaluation split in the
-split's fixed order, after the first ``skip_tasks`` when those were a panel already seen (task ids are machine-independent), each played once with environment
-seed ``seed``. Policies: the model behind an ``HFEngine`` (base or trained), or the
-environment's built-in expert (``expert_action``), which checks the games themselves.
+split's fixed order (task ids are machine-independent), after its first ``skip_tasks`` when
+those were a panel already seen, each played once with environment seed ``seed``.
+Policies: the model behind an ``HFEngine`` (base or trained), or the environment's
+built-in expert (``expert_action``), which checks the games themselves.
 With ``eval.sampled`` = k the trainer also plays every game k times at the training
 temperature, pass s with the engine seeded by :func:`sample_seed` (the same game: the
 environment seed stays ``seed``).
