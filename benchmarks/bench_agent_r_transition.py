@@ -25,7 +25,8 @@ on the **same fixed trees** and differ only in t':
         [--recipe agent_r_textcraft] [--seeds 0 1 2] [--panel 0] [--skip 0] [--jobs 2]
 
 ``--skip k`` evaluates the goals after the first k (a fresh panel after one already seen;
-the runs are reused, the evaluations are new); ``--union R1 R2 ...`` reports the panels'
+the runs are reused, the evaluations are new); ``--eval-set KEY=VALUE`` is a setting of
+every evaluation (e.g. a wider wave); ``--union R1 R2 ...`` reports the panels'
 ``results_*.json`` files as one panel.
 
 Every step resumes: a finished run, evaluation or ``pairs.jsonl`` is read back.
@@ -177,9 +178,8 @@ def report(start: dict, runs: dict[str, list[dict]], stats: dict) -> str:
         signal = (per_game([e["revised_games"] for e in runs[arm]]) for arm in ARMS)
         lines += ["", f"agent_r vs direct, paired over (seed, game): {cell}; "
                       f"per game (sign flip): {paired_rate_test(per_game(a), per_game(b))}",
-                  f"episodes that write the revision signal (fewer: fewer turns lost), agent_r vs direct per game "
-                  f"(sign flip): "
-                  f"{paired_rate_test(*signal)}"]  # fmt: skip
+                  "episodes that write the revision signal (fewer: fewer turns lost), agent_r vs direct per game "
+                  f"(sign flip): {paired_rate_test(*signal)}"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
