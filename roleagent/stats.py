@@ -37,6 +37,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 Z95 = 1.959964  # standard normal quantile of 0.975: two-sided 95 %
 
@@ -161,8 +162,10 @@ def paired_rate_test(
 
         p = #{s ∈ {−1, +1}^G : |Σ_g s_g · d_g| ≥ D} / 2^G
 
-    (enumerated exactly up to G = 16; above, 2^16 sign vectors drawn with a fixed seed, the
-    observed one counted: Phipson & Smyth, 2010, Stat. Appl. Genet. Mol. Biol. 9(1)). The
+    (enumerated up to G = 16; above, counted exactly by :func:`_sign_sum_tail`; only changes
+    that are no fractions of a common denominator ≤ 10^4 fall back to 2^16 sign vectors drawn
+    with a fixed seed, the observed one counted: Phipson & Smyth, 2010, Stat. Appl. Genet.
+    Mol. Biol. 9(1)). The
     test pairs each game with itself, so a hard game stays hard on both sides, and it
     weighs a game's change by its size, which the sign test and McNemar on one episode per
     game cannot. Verdicts as :func:`paired_test`; ``unchanged`` when every d_g is 0.
@@ -196,7 +199,7 @@ def sign_flip_test(d: Sequence[float], *, alpha: float = 0.05) -> RateTest:
         signs = itertools.product((-1.0, 1.0), repeat=len(d))
         extreme = sum(abs(sum(s * x for s, x in zip(sign, d))) >= observed for sign in signs)
         p = extreme / 2 ** len(d)
-    else:
+    elif (p := _sign_sum_tail(d)) is None:
         rng = random.Random(0)
         draws = 2**16
         extreme = sum(abs(sum(x if rng.random() < 0.5 else -x for x in d)) >= observed for _ in range(draws))
@@ -209,3 +212,36 @@ def sign_flip_test(d: Sequence[float], *, alpha: float = 0.05) -> RateTest:
     else:
         verdict = UNRESOLVED
     return RateTest(len(d), up, down, difference, min(1.0, p), verdict)
+
+
+def _sign_sum_tail(d: Sequence[float], *, max_denominator: int = 10_000, max_states: int = 4_000_000) -> float | None:
+    """P(|Σ_g s_g · d_g| ≥ |Σ_g d_g|) over uniform signs s ∈ {−1, +1}^G, exactly, when every
+    d_g is a fraction with a common denominator L ≤ ``max_denominator`` (success rates k/n and
+    their differences are); ``None`` otherwise, or when the 2·L·Σ|d_g| + 1 sums would exceed
+    ``max_states``. The distribution of the sum is built one game at a time over the integers
+    L·d_g: P_g(v) = ½ P_{g−1}(v − L·d_g) + ½ P_{g−1}(v + L·d_g).
+
+    Example: d = (1/3, 1/3, −2/3), L = 3, integers (1, 1, −2); the 8 sums ±1 ± 1 ± 2 are
+    4, 2, 0, −2 (and their negatives, twice 0): |sum| ≥ |0| for all 8 → 1.0; for d = (1/3, 1/3,
+    2/3), |sum| ≥ 4 for 2 of 8 → 0.25.
+
+    >>> _sign_sum_tail([1 / 3, 1 / 3, -2 / 3]), _sign_sum_tail([1 / 3, 1 / 3, 2 / 3]), _sign_sum_tail([2**-0.5])
+    (1.0, 0.25, None)
+    """
+    import numpy as np
+
+    fractions = [Fraction(x).limit_denominator(max_denominator) for x in d]
+    if any(abs(float(f) - x) > 1e-9 for f, x in zip(fractions, d)):
+        return None
+    scale = math.lcm(*(f.denominator for f in fractions)) if fractions else 1
+    steps = [abs(int(f * scale)) for f in fractions]
+    total = sum(steps)
+    if scale > max_denominator or 2 * total + 1 > max_states:
+        return None
+    probs = np.zeros(2 * total + 1)
+    probs[total] = 1.0  # index v + total holds P(sum = v); no mass ever reaches the ends and wraps
+    for step in steps:
+        if step:
+            probs = 0.5 * (np.roll(probs, step) + np.roll(probs, -step))
+    observed = abs(sum(int(f * scale) for f in fractions))
+    return float(probs[np.abs(np.arange(-total, total + 1)) >= observed].sum())

@@ -113,8 +113,11 @@ def test_paired_rate_test_ties_gaps_and_many_games():
     assert (same.games, same.p_value, same.verdict) == (2, 1.0, "unchanged")
     gap = paired_rate_test([(0, 0), (0, 2)], [(1, 2), (2, 2)])  # the game without episodes is left out
     assert (gap.games, gap.up, gap.difference) == (1, 1, 100.0)
-    many = paired_rate_test([(1, 4)] * 20, [(2, 4)] * 20)  # Monte Carlo above 16 games
-    assert many.verdict == "gain" and many.p_value == pytest.approx(1 / (2**16 + 1))
+    many = paired_rate_test([(1, 4)] * 20, [(2, 4)] * 20)  # counted, not enumerated, above 16 games
+    assert many.verdict == "gain" and many.p_value == pytest.approx(2 / 2**20)  # all plus or all minus
+    # 17 games, one falling by a third, 16 rising by two thirds: the fall alone flips freely
+    mixed = paired_rate_test([(0, 3)] * 16 + [(1, 3)], [(2, 3)] * 16 + [(0, 3)])
+    assert (mixed.games, mixed.up, mixed.down) == (17, 16, 1) and mixed.p_value == pytest.approx(4 / 2**17)
     with pytest.raises(ValueError, match="same games"):
         paired_rate_test([(0, 1)], [])
     with pytest.raises(ValueError, match="successes <= episodes"):
