@@ -165,10 +165,9 @@ def paired_rate_test(
     (enumerated up to G = 16; above, counted exactly by :func:`_sign_sum_tail`; only changes
     that are no fractions of a common denominator ≤ 10^4 fall back to 2^16 sign vectors drawn
     with a fixed seed, the observed one counted: Phipson & Smyth, 2010, Stat. Appl. Genet.
-    Mol. Biol. 9(1)). The
-    test pairs each game with itself, so a hard game stays hard on both sides, and it
-    weighs a game's change by its size, which the sign test and McNemar on one episode per
-    game cannot. Verdicts as :func:`paired_test`; ``unchanged`` when every d_g is 0.
+    Mol. Biol. 9(1)). The test pairs each game with itself, so a hard game stays hard on
+    both sides, and it weighs a game's change by its size, which the sign test and McNemar
+    on one episode per game cannot. Verdicts as :func:`paired_test`; ``unchanged`` when every d_g is 0.
 
     Example: per-game rates 0/2, 0/2, 1/2, 0/2 → 1/2, 1/2, 2/2, 1/2: d = ½ on all four
     games, only the all-plus and all-minus sign vectors reach |Σ| = 2 → p = 2/16 = 0.125,
@@ -221,9 +220,9 @@ def _sign_sum_tail(d: Sequence[float], *, max_denominator: int = 10_000, max_sta
     ``max_states``. The distribution of the sum is built one game at a time over the integers
     L·d_g: P_g(v) = ½ P_{g−1}(v − L·d_g) + ½ P_{g−1}(v + L·d_g).
 
-    Example: d = (1/3, 1/3, −2/3), L = 3, integers (1, 1, −2); the 8 sums ±1 ± 1 ± 2 are
-    4, 2, 0, −2 (and their negatives, twice 0): |sum| ≥ |0| for all 8 → 1.0; for d = (1/3, 1/3,
-    2/3), |sum| ≥ 4 for 2 of 8 → 0.25.
+    Example: d = (1/3, 1/3, −2/3), L = 3, integers (1, 1, −2), observed sum 0; the 8 signed
+    sums are 0, 0, ±2, ±2, ±4, all with |sum| ≥ 0 → 1.0. For d = (1/3, 1/3, 2/3) the observed
+    sum is 4, and only the all-plus and all-minus signs reach it → 2/8 = 0.25.
 
     >>> _sign_sum_tail([1 / 3, 1 / 3, -2 / 3]), _sign_sum_tail([1 / 3, 1 / 3, 2 / 3]), _sign_sum_tail([2**-0.5])
     (1.0, 0.25, None)
