@@ -135,3 +135,22 @@ def test_sign_flip_test_on_given_changes_matches_the_rate_test():
     d = [ka / na - kb / nb for (kb, nb), (ka, na) in zip(before, after)]
     assert stats.sign_flip_test(d) == stats.paired_rate_test(before, after)
     assert doctest.testmod(stats).failed == 0
+
+
+def test_exact_count_above_16_games_equals_the_enumeration():
+    """``_sign_sum_tail`` (the count used above 16 games) gives the enumerated p on small
+    cases: rates of 1-4 episodes per game, ties of the observed sum included."""
+    import itertools
+    import random
+
+    from roleagent.stats import _sign_sum_tail
+
+    rng = random.Random(0)
+    for _ in range(100):
+        n = rng.choice([1, 2, 3, 4])
+        d = [rng.randint(-n, n) / n - rng.randint(0, n) / n for _ in range(rng.randint(1, 10))]
+        observed = abs(sum(d)) - 1e-12
+        signs = list(itertools.product((-1, 1), repeat=len(d)))
+        enumerated = sum(abs(sum(s * x for s, x in zip(sign, d))) >= observed for sign in signs) / len(signs)
+        assert _sign_sum_tail(d) == pytest.approx(enumerated, abs=1e-12)
+    assert _sign_sum_tail([2**-0.5, 0.5]) is None  # not a fraction: the caller draws sign vectors
