@@ -234,7 +234,7 @@ class Shelf:
             [
                 {"document": d}
                 for d in docs
-                if w & set(d["contents"].lower().replace(".", " ").replace(":", " ").split())
+                if w & set(d["contents"].lower().replace(".", " ").replace(":", " ").replace('"', " ").split())
             ][:k]
             for w in words
         ]
@@ -266,11 +266,11 @@ def test_pg_evidence_opens_the_meta_prompt_and_is_drawn_per_prompt():
     queries = [evidence.query({"topic": "symbol"}, f"t/{seed}") for seed in range(40)]
     assert set(queries) == {"Boron", "Carbon"}  # the pool: the 2 passages "symbol" ranks, never "Tar"
     assert queries == [evidence.query({"topic": "symbol"}, f"t/{seed}") for seed in range(40)]
-    assert shelf.ranked == ["symbol"]  # ranked once, then kept
+    assert shelf.ranked == ["symbol", "Boron", "Carbon"]  # ranked once (then each title's search), then kept
     assert evidence.query(item, "any") == "What is the symbol of boron? B"
     assert evidence.query({"topic": "rivers"}, "k") == "rivers"  # nothing ranked: the topic itself
     named = PGEvidence(shelf, pool=2, queries={"elements": "atomic symbol"})  # asl.pg_topic_queries
-    assert named.query({"topic": "elements"}, "t/0") in {"Boron", "Carbon"} and shelf.ranked[-1] == "atomic symbol"
+    assert named.query({"topic": "elements"}, "t/0") in {"Boron", "Carbon"} and shelf.ranked[-3] == "atomic symbol"
     jobs = [(role_task("pg0", "search", "pg", {"topic": "symbol"}), s) for s in (7, 7, 8)]
     chats = pg_chats(jobs, 0, with_system=False, evidence=evidence)
     assert chats[0] == chats[1]  # a prompt's G samples share one search
@@ -282,6 +282,33 @@ def test_pg_evidence_opens_the_meta_prompt_and_is_drawn_per_prompt():
         PGEvidence(type("Scripted", (), {"name": "scripted"})())
     with pytest.raises(ConfigError, match="no retriever"):
         PGEvidence(SimpleNamespace(name="search", search_results=shelf.search_results))
+
+
+def test_pg_evidence_never_draws_a_passage_its_search_does_not_show():
+    """A topic's pool keeps the passages its titles' searches show (the environment's topk);
+    a draw that lands on another draws again from the same stream, so the draws that land
+    on a shown passage are those of a plain draw; a pool with none shown gives the topic."""
+    import random
+
+    from roleagent.methods.asl.roles import PGEvidence
+
+    docs = {t: {"id": t, "contents": f'"{t}"\nabout {t}'} for t in ("Boron", "Carbon", "Iron", "Iron ore", "there")}
+    found = {"metal": ["Boron", "Carbon", "Iron"], "Boron": ["Boron"], "Carbon": ["Carbon"], "Iron": ["Iron ore"],
+             "stopword": ["there"]}  # fmt: skip
+
+    def retrieve(queries, k):
+        return [[{"document": docs[t]} for t in found.get(q, [])][:k] for q in queries]
+
+    env = SimpleNamespace(name="search", topk=1, search_results=lambda qs: [f"<information>{q}</information>" for q in qs],
+                          retriever=SimpleNamespace(retrieve=retrieve))  # fmt: skip
+    evidence = PGEvidence(env, pool=3, seed=0)
+    pool = ["Boron", "Carbon", "Iron"]
+    drawn = {key: evidence.query({"topic": "metal"}, key) for key in map(str, range(60))}
+    assert set(drawn.values()) == {"Boron", "Carbon"}  # "Iron"'s search shows "Iron ore": never drawn
+    plain = {key: pool[random.Random(f"0/{key}").randrange(3)] for key in drawn}
+    assert "Iron" in plain.values()
+    assert all(drawn[key] == title for key, title in plain.items() if title != "Iron")
+    assert evidence.query({"topic": "stopword"}, "0") == "stopword"  # "there" shows nothing: the topic
 
 
 def test_verification_pairs_by_hand():

@@ -136,20 +136,36 @@ class PGEvidence:
       ``queries``, ``asl.pg_topic_queries``), drawn by ``key`` (the method
       passes the task and its environment seed, so the G samples of one prompt see the
       same results and the next iteration another passage). Topic "chemistry" may draw
-      ``"Boron"``; the search for "Boron" returns boron's passage first;
+      ``"Boron"``; the search for "Boron" returns boron's passage first. A passage whose
+      title's search does not show it (the environment's ``topk``) is never drawn: in the
+      shipped corpus the search for "Iron" shows three other passages, and those for
+      "there" and "L&O" none, so the generator would be told to base its question on
+      results that hold no passage of the topic. A draw that lands on one draws again
+      (the same stream), so the other draws are unchanged and each shown passage is
+      equally likely;
     - a follow-up ``{"question", "answer", "flag"}``: the question and its answer, which
       retrieve the passages the new question builds on ("What is the atomic number of
       beryllium? 4" returns beryllium's).
 
     ``results``: the environment's ``search_results`` (queries -> the text shown). Topic
-    pools are kept per topic (one retrieval each)."""
+    pools are kept per topic (two batched retrievals each: the ranking, then its titles)."""
 
     def __init__(self, env: Any, *, pool: int = 64, seed: int = 0, queries: dict[str, str] | None = None):
         self.results, self.retriever = _search_of(env, "pg_retrieval"), getattr(env, "retriever", None)
         if self.retriever is None:
             raise ConfigError("asl.pg_retrieval: the environment has no retriever to draw topic passages from")
         self.pool, self.seed, self.queries = pool, seed, dict(queries or {})
-        self._titles: dict[str, list[str]] = {}
+        self.topk = int(getattr(env, "topk", 3))
+        self._titles: dict[str, list[tuple[str, bool]]] = {}
+
+    def _rank(self, topic: str) -> list[tuple[str, bool]]:
+        """The topic's pool: (title, whether the title's search shows its passage), best first."""
+        hits = self.retriever.retrieve([self.queries.get(topic, topic)], self.pool)[0][: self.pool]
+        hits = [(title_of(h["document"]), h["document"].get("id")) for h in hits]
+        hits = [(title, doc) for title, doc in hits if title]
+        found = self.retriever.retrieve([title for title, _ in hits], self.topk) if hits else []
+        return [(title, doc in [h["document"].get("id") for h in shown[: self.topk]])
+                for (title, doc), shown in zip(hits, found, strict=True)]  # fmt: skip
 
     def query(self, item: dict, key: str) -> str:
         """The search made for ``item`` (class docstring)."""
@@ -157,10 +173,14 @@ class PGEvidence:
             return f"{item['question']} {item['answer']}"
         topic = str(item["topic"])
         if topic not in self._titles:
-            hits = self.retriever.retrieve([self.queries.get(topic, topic)], self.pool)[0][: self.pool]
-            self._titles[topic] = [t for t in (title_of(h["document"]) for h in hits) if t] or [topic]
-        titles = self._titles[topic]
-        return titles[random.Random(f"{self.seed}/{key}").randrange(len(titles))]
+            self._titles[topic] = self._rank(topic)
+        pool = self._titles[topic]
+        if not any(shown for _, shown in pool):
+            return topic
+        draw = random.Random(f"{self.seed}/{key}")
+        while not (chosen := pool[draw.randrange(len(pool))])[1]:
+            pass
+        return chosen[0]
 
     def __call__(self, items: Sequence[dict], keys: Sequence[str]) -> list[str]:
         """The search results shown with each item (``keys``: one per item, as :meth:`query`)."""
