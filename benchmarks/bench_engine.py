@@ -17,13 +17,22 @@ time the embedded architecture on a machine without the GGUF).
   and ``--constrained``: each row restricted to its prompt's admissible commands (the
   engine's token trie), reported as cost per token against free decoding.
 - **transformers generate**: ``model.generate(do_sample=True, min_new_tokens=N)``.
+- ``--llama-server [EXE]``: llama.cpp's ``llama-server`` (``scripts/setup.sh --all`` builds
+  it) serving the embedded GGUF on 127.0.0.1, reached through roleagent's OpenAI engine in
+  tokens mode with one request per row in flight (``server.concurrency`` = B, the server's
+  ``--parallel`` the largest batch), ``-t`` the torch threads; the same token-id prompts,
+  temperature and N, the end-of-turn token ignored (``ignore_eos``) and llama.cpp's other
+  samplers off (``top_k`` 0, ``min_p`` 0), so it too makes B × N tokens. The GGUF is Q4_1:
+  the server computes on 4-bit weights, the torch decoders on their fp32 dequantisation,
+  so this column is what a user gets from each route, not the same arithmetic.
 - ``--decode static compiled``: HFEngine again with each of these ``hf_engine.decode`` paths
   (:mod:`roleagent.engine.static_decode`; the eager one is the ``HFEngine`` column), each
   timed after a warm-up call, which is where ``compiled`` compiles for the batch's shapes.
 
 Prints tok/s per decoder and batch, then one line per batch ``HFEngine / plain loop at
 batch B = R`` (the issue's goal: ≥ 0.9 at every batch, on CPU and GPU; with ``--decode``, one such
-line per path and ``HFEngine D / eager at batch B = R``) and, with
+line per path and ``HFEngine D / eager at batch B = R``; with ``--llama-server``, ``HFEngine /
+llama-server at batch B = R``, speed against speed) and, with
 ``--constrained``, ``constrained / free decode cost per token at batch B = R`` (goal ≤ 1.2;
 the time beyond a one-token call, which is the prefill, per token beyond each row's first)
 and ``command / token greedy time per call at batch B = R`` (``SamplingParams.greedy``:
@@ -31,14 +40,19 @@ whole-command greedy, :mod:`roleagent.engine.command_greedy`, against token gree
 
     python benchmarks/bench_engine.py [--batches 1 16 64] [--new-tokens 32] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--threads N] [--repeats 2] [--constrained] [--weights embedded|random]
-        [--model embedded|FOLDER] [--decode static compiled]
+        [--model embedded|FOLDER] [--decode static compiled] [--llama-server [EXE]]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
+import socket
+import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import torch
@@ -158,6 +172,43 @@ def hf_generate(model, prompts, pad: int, new_tokens: int) -> int:
     return int((out.shape[1] - ids.shape[1]) * ids.shape[0])
 
 
+@contextlib.contextmanager
+def llama_server(exe: str, policy: Policy, *, threads: int, slots: int, context_per_slot: int = 512):
+    """llama-server on 127.0.0.1 serving the embedded GGUF, and an OpenAI engine (tokens
+    mode) that sends each row as its own request, all rows at once; stopped on exit."""
+    from roleagent.engine.openai import ServerConfig
+    from roleagent.models.loading import embedded_gguf_path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    threads = threads or torch.get_num_threads()
+    command = [exe, "-m", str(embedded_gguf_path()), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["-t", str(threads), "-tb", str(threads), "--parallel", str(slots), "-c", str(slots * context_per_slot)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while True:
+            if proc.poll() is not None or time.time() > deadline:
+                raise SystemExit(f"llama-server did not start ({' '.join(command)})")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        server = ServerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            mode="tokens",
+            concurrency=slots,
+            timeout_s=1800.0,
+            extra_body={"ignore_eos": True, "top_k": 0, "min_p": 0.0},
+        )
+        yield create_engine("openai", policy, settings=server, max_batch=slots, max_prompt_tokens=4096)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def timed(fn, repeats: int) -> tuple[float, int]:
     """Best wall time of ``repeats`` calls (after one warm-up call) and what the last returned."""
     made = fn()
@@ -171,9 +222,12 @@ def timed(fn, repeats: int) -> tuple[float, int]:
     return best, made
 
 
-def measure_batch(engine, model, states, n: int, generator, args, paths=None) -> dict[str, tuple[float, int]]:
+def measure_batch(
+    engine, model, states, n: int, generator, args, paths=None, server=None
+) -> dict[str, tuple[float, int]]:
     """``{decoder: (best seconds, tokens made)}`` for one batch of ``states``; ``paths``:
-    ``{decode: engine}``, more HFEngine decode paths (``HFEngine <decode>``)."""
+    ``{decode: engine}``, more HFEngine decode paths (``HFEngine <decode>``); ``server``: the
+    llama-server engine (``llama_server``)."""
     tokenizer = engine.tokenizer
     pad, batch = tokenizer.pad_token_id, len(states)
     prompts = [engine.encode_chat(messages) for messages, _ in states]
@@ -187,6 +241,8 @@ def measure_batch(engine, model, states, n: int, generator, args, paths=None) ->
         result[f"HFEngine {decode}"] = timed(
             lambda e=other: sum(len(g.ids) for g in e.generate(prompts, params)), args.repeats
         )
+    if server is not None:
+        result["llama-server"] = timed(lambda: sum(len(g.ids) for g in server.generate(prompts, params)), args.repeats)
     for name, (_, made) in result.items():
         assert made == batch * n, f"{name} made {made} tokens, expected {batch} x {n}"
     if args.constrained:  # decode cost: time beyond a one-token call (the prefill), per token beyond the first
@@ -234,15 +290,26 @@ def run(args) -> None:
         f"{n} new tokens per row at T = {TEMPERATURE}, best of {args.repeats}"
     )
     rows = []
-    for batch in args.batches:
-        result = measure_batch(engine, model, states[:batch], n, generator, args, paths)
-        mean_prompt = sum(len(engine.encode_chat(messages)) for messages, _ in states[:batch]) / batch
-        line = ", ".join(f"{name} {made / seconds:,.0f} tok/s" for name, (seconds, made) in result.items())
-        print(f"batch {batch:4d} (prompts {mean_prompt:.0f} tokens): {line}")
-        rows.append((batch, result))
+    with contextlib.ExitStack() as stack:
+        server = None
+        if args.llama_server:
+            if args.weights != "embedded" or args.model != "embedded":
+                raise SystemExit("--llama-server serves the embedded GGUF: use --weights embedded --model embedded")
+            exe = shutil.which(args.llama_server) or shutil.which("llama-server", path=str(Path.home() / ".local/bin"))
+            if exe is None:
+                raise SystemExit(f"no {args.llama_server} on PATH (scripts/setup.sh --all builds llama-server)")
+            server = stack.enter_context(llama_server(exe, policy, threads=args.threads, slots=max(args.batches)))
+        for batch in args.batches:
+            result = measure_batch(engine, model, states[:batch], n, generator, args, paths, server)
+            mean_prompt = sum(len(engine.encode_chat(messages)) for messages, _ in states[:batch]) / batch
+            line = ", ".join(f"{name} {made / seconds:,.0f} tok/s" for name, (seconds, made) in result.items())
+            print(f"batch {batch:4d} (prompts {mean_prompt:.0f} tokens): {line}", flush=True)
+            rows.append((batch, result))
     for batch, result in rows:
         ratio = result["plain loop"][0] / result["HFEngine"][0]
         print(f"HFEngine / plain loop at batch {batch} = {ratio:.2f}")
+        if "llama-server" in result:
+            print(f"HFEngine / llama-server at batch {batch} = {result['llama-server'][0] / result['HFEngine'][0]:.2f}")
         for decode in paths:
             seconds = result[f"HFEngine {decode}"][0]
             print(f"HFEngine {decode} / plain loop at batch {batch} = {result['plain loop'][0] / seconds:.2f}")
@@ -269,6 +336,13 @@ def main(argv=None) -> None:
     parser.add_argument("--weights", default="embedded", choices=["embedded", "random"])
     parser.add_argument(
         "--decode", nargs="*", default=[], choices=[d for d in DECODES if d != "eager"], help="more HFEngine paths"
+    )
+    parser.add_argument(
+        "--llama-server",
+        nargs="?",
+        const="llama-server",
+        default="",
+        help="also time llama-server (this executable) through the OpenAI engine",
     )
     parser.add_argument(
         "--model",

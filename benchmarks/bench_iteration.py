@@ -11,7 +11,9 @@ retriever). Paths:
   the action prompt (its KV reused), window prompts (``optim.pack_episodes`` is on, the
   shipped default, but window turns never nest, so nothing is packed);
 * ``full`` — as ``new``, with the full interaction as context (the prompt only grows, so
-  each turn reuses the previous turn's KV) and each episode trained as one packed sequence.
+  each turn reuses the previous turn's KV) and each episode trained as one packed sequence;
+* ``sequential`` — as ``new``, with each turn's environment steps after the prediction pass
+  instead of during it (``rollout.overlap_env=false``).
 
 Each (method, path) pair runs one training iteration in its own subprocess, so its peak RSS
 (``ru_maxrss``) is its own. The paper reports ~5% total overhead for Role-Agent's extra
@@ -71,6 +73,7 @@ PATHS = {
         "optim.pack_episodes=true",
     ],
 }
+PATHS["sequential"] = [*PATHS["new"], "rollout.overlap_env=false"]
 SMOKE = [
     "model.name=tiny",
     "model.device=cpu",
@@ -159,6 +162,14 @@ def report(rows: dict[tuple[str, str], dict], paths: list[str]) -> None:
                 f"  {method} [{path}]: prediction pass {r.get('time/extension_s', 0.0):.1f}s, predictions of "
                 f"{r['wia/tokens']:.1f} tokens on average, {r['wia/cut']:.0%} cut at wia.max_new_tokens, "
                 f"score {r.get('wia/score', float('nan')):.2f}"
+            )
+    for method in dict.fromkeys(m for m, _ in rows):
+        overlapped, sequential = rows.get((method, "new")), rows.get((method, "sequential"))
+        if overlapped and sequential:
+            print(
+                f"{method}: rollout with the environments stepping during the prediction pass / after it = "
+                f"{overlapped['time/rollout_s'] / sequential['time/rollout_s']:.3f} (waited for the environments "
+                f"{overlapped['time/env_s']:.1f}s / {sequential['time/env_s']:.1f}s)"
             )
     aiw_rows = {p: rows[m, p] for (m, p) in rows if m == "Role-Agent (WIA+AIW)"}
     if aiw_rows:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from roleagent.engine.openai import OWN_FIELDS
 from roleagent.engine.static_decode import COMPILE_MODES, DECODES
 from roleagent.fields import FOLDER, NONEMPTY, ConfigError, Rule, above, at_least, check_episodes, count, one_of, within
 from roleagent.methods.asl.config import RULES as ASL_RULES
@@ -44,6 +45,10 @@ FIELD_RULES: dict[str, Rule] = {
     "server.timeout_s": above(0),
     "server.retries": within(0, 10),
     "server.concurrency": count(1),
+    "server.extra_body": (
+        lambda v: isinstance(v, dict) and not OWN_FIELDS.intersection(map(str, v)),
+        "a mapping of request fields the engine does not set itself (not " + ", ".join(sorted(OWN_FIELDS)) + ")",
+    ),
     "hf_engine.decode": one_of(*DECODES),
     "hf_engine.compile_mode": one_of(*COMPILE_MODES),
     "hf_engine.cache_bucket": count(1),

@@ -4,10 +4,12 @@ within each row's admissible commands."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,6 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_engine  # noqa: E402
 
 from roleagent.engine import create_engine  # noqa: E402
+from roleagent.engine.openai import ServerConfig  # noqa: E402
 from roleagent.engine.static_decode import HFEngineConfig  # noqa: E402
 from roleagent.models.loading import Policy, load_tokenizer, tiny_model  # noqa: E402
 
@@ -44,3 +47,21 @@ def test_every_decoder_makes_b_times_n_tokens_and_constrained_rows_take_commands
         assert generation.ids in commands  # a whole admissible command, nothing else
     hook.remove()
     assert model.get_output_embeddings()._forward_hooks == {}
+
+
+@pytest.mark.slow
+def test_llama_server_column_makes_b_times_n_tokens():
+    """The llama-server decoder (the embedded GGUF through the OpenAI engine) ignores the
+    end-of-turn token too: a greeting the model answers in 10 tokens still gets N per row."""
+    exe = shutil.which("llama-server") or shutil.which("llama-server", path=str(Path.home() / ".local/bin"))
+    if exe is None:
+        pytest.skip("no llama-server on PATH (scripts/setup.sh --all builds it)")
+    tokenizer = load_tokenizer("embedded")
+    policy = Policy(model=None, tokenizer=tokenizer, name="embedded")
+    with bench_engine.llama_server(exe, policy, threads=1, slots=2) as server:
+        prompt = server.encode_chat([{"role": "user", "content": "Hi!"}])
+        greedy = bench_engine.SamplingParams(max_new_tokens=24, temperature=0.0)
+        plain = create_engine("openai", policy, settings=ServerConfig(base_url=server.server.base_url, mode="tokens"))
+        [short] = plain.generate([prompt], greedy)
+        assert len(short.ids) < 24  # without ignore_eos the model ends its turn
+        assert [len(g.ids) for g in server.generate([prompt, prompt], greedy)] == [24, 24]

@@ -128,6 +128,19 @@ def test_tokens_are_what_the_server_returned(scripted):
     assert engine.generated_tokens == 3 and engine.prompt_tokens == 3
 
 
+def test_extra_body_fields_travel_with_every_generation_request(scripted):
+    handler, url = scripted
+    handler.replies["/v1/completions"] = (
+        200,
+        {"choices": [{"text": "a", "logprobs": {"content": [{"id": 97, "logprob": -1.5}]}}]},
+    )
+    engine = _engine(url, mode="tokens", extra_body={"ignore_eos": True, "top_k": 5})
+    engine.generate([[1], [2]], SamplingParams(max_new_tokens=3, temperature=0.5))
+    assert [(body["ignore_eos"], body["top_k"], body["max_tokens"]) for _, body in handler.seen] == [(True, 5, 3)] * 2
+    with pytest.raises(EngineError, match="may not set prompt, seed"):
+        _engine(url, extra_body={"seed": 1, "prompt": [3]})
+
+
 def test_a_strict_server_is_asked_without_vllm_fields(scripted):
     handler, url = scripted
     engine = _engine(url, mode="tokens")
@@ -172,6 +185,8 @@ def test_auto_falls_back_to_text_and_keeps_the_chat(scripted):
         (["server.mode=tokens", "iterations=1"], "cannot follow the optimizer"),
         (["iterations=0", "rollout.constrain_actions=true", "rollout.action_format=action"], "constrain"),
         (["iterations=0", "server.mode=fast"], "server.mode"),
+        (["iterations=0", "server.extra_body={max_tokens: 9, top_k: 2}"], "the engine does not set itself"),
+        (["iterations=0", "server.extra_body=[ignore_eos]"], "server.extra_body: expected dict"),
     ],
 )
 def test_config_refuses_training_and_constraints(sets, message):

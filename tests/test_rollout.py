@@ -182,3 +182,65 @@ def test_a_rollout_source_must_choose(scripted_engine):
             run_episodes(
                 engine=scripted_engine(None), pool=pool, jobs=[], settings=RolloutSettings(max_steps=2, source="expert")
             )
+
+
+class _InFlightProbe:
+    """A rollout extension that records, at each call, which slots' steps are unanswered."""
+
+    name = "probe"
+
+    def __init__(self, pool):
+        self.pool, self.seen = pool, []
+
+    def after_actions(self, engine, turns):
+        self.seen.append(self.pool._in_flight)
+        return [None for _ in turns]
+
+    def finish(self, trajectory):
+        pass
+
+
+@pytest.mark.parametrize("processes", [True, False])
+def test_environments_step_while_the_extensions_generate_and_nothing_changes(tiny_policy, processes):
+    """``overlap_env``: each turn's steps are sent before the extensions' generations and
+    collected after them (the workers step meanwhile); the sampled actions, predictions and
+    observations equal those of the sequential order."""
+    from roleagent.engine.hf import HFEngine
+
+    def play(overlap):
+        engine = HFEngine(tiny_policy)
+        engine.seed(3)
+        settings = RolloutSettings(
+            max_steps=3, action_format="action", max_new_tokens=6, constrain_actions=True, overlap_env=overlap
+        )
+        with EnvPool("scripted", slots=2, processes=processes) as pool:
+            probe = _InFlightProbe(pool)
+            extensions = [PredictionExtension(1, max_new_tokens=5, temperature=1.0, top_p=1.0), probe]
+            jobs = [(task, 0) for task in pool.meta.tasks("train")[:2]]
+            trajectories, _ = run_episodes(
+                engine=engine, pool=pool, jobs=jobs, settings=settings, extensions=extensions
+            )
+        steps = [
+            (s.action_ids, s.action, s.observation, s.reward, s.extras["wia"]["ids"])
+            for t in trajectories
+            for s in t.steps
+        ]
+        return steps, probe.seen
+
+    overlapped, seen_on = play(True)
+    sequential, seen_off = play(False)
+    assert overlapped == sequential and len(overlapped) >= 4
+    assert seen_off == [None] * len(seen_off)
+    assert seen_on and all(slots for slots in seen_on)  # every turn's steps were out during the generations
+
+
+def test_a_pool_with_steps_out_refuses_other_commands():
+    with EnvPool("scripted", slots=2, processes=True) as pool:
+        pool.reset([(i, task, 0) for i, task in enumerate(pool.meta.tasks("train")[:2])])
+        pending = pool.begin_steps([(0, "look"), (1, "look")])
+        with pytest.raises(RuntimeError, match="unanswered"):
+            pool.step([(0, "look")])
+        assert [r.crashed for r in pool.finish_steps(pending)] == [False, False]
+        with pytest.raises(RuntimeError, match="finished already"):
+            pool.finish_steps(pending)
+        assert not pool.step([(0, "look")])[0].crashed  # the pool serves commands again

@@ -21,6 +21,10 @@ Two modes (``server.mode``):
 - ``auto``: ``tokens``, switching to ``text`` for good if the server refuses token-id
   prompts (HTTP 400/404/422) or returns no token ids or log-probs.
 
+Fields the engine does not set (a server's own sampling options) travel in every
+generation request from ``server.extra_body``, e.g. ``{ignore_eos: true}`` for llama-server;
+one that names a field the engine sets itself is refused (:func:`checked_extra_body`).
+
 Stop strings are applied here, not by the server (servers differ in whether a stop
 string stays in the text and its tokens in the ids): a row stops after the first token
 whose decoded text (the last 24 tokens', after leading whitespace) contains one, exactly
@@ -95,6 +99,28 @@ class ServerConfig:
     )
     retries: int = setting(2, "retries of a request after a connection error, timeout or HTTP 5xx/429")
     concurrency: int = setting(8, "requests in flight at once")
+    extra_body: dict = setting(
+        {},
+        "fields added to every generation request, e.g. {ignore_eos: true} (llama-server) or {top_k: 20} "
+        "(vLLM); the engine's own fields cannot be set here",
+    )
+
+
+#: request fields the engine sets itself (``ServerConfig.extra_body`` may not)
+OWN_FIELDS = frozenset(
+    ["model", "prompt", "messages", "tools", "max_tokens", "temperature", "top_p", "seed", "logprobs", "stream", "n"]
+    + ["return_token_ids", "return_tokens_as_token_ids"]
+)
+
+
+def checked_extra_body(extra: Any) -> dict:
+    """``ServerConfig.extra_body`` when it is a mapping that sets none of :data:`OWN_FIELDS`."""
+    if not isinstance(extra, dict):
+        raise EngineError(f"server.extra_body must be a mapping of request fields, got {extra!r}")
+    taken = sorted(OWN_FIELDS.intersection(map(str, extra)))
+    if taken:
+        raise EngineError(f"server.extra_body may not set {', '.join(taken)}: the engine sets them itself")
+    return dict(extra)
 
 
 class OpenAIEngine:
@@ -119,6 +145,7 @@ class OpenAIEngine:
         if server.mode not in MODES:
             raise EngineError(f"server.mode={server.mode!r}: choose one of {', '.join(MODES)}")
         self.server = server
+        self._extra = checked_extra_body(server.extra_body)
         self.tokenizer = policy.tokenizer
         self._vocab = _vocab_size(policy.tokenizer)  # a token id at or past it is not this model's
         self.max_batch = max_batch
@@ -241,6 +268,7 @@ class OpenAIEngine:
 
     def _sampling(self, params: SamplingParams, seed: int) -> dict:
         return {
+            **self._extra,
             "max_tokens": params.max_new_tokens,
             "temperature": max(params.temperature, 0.0),
             "top_p": params.top_p,

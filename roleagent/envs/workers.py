@@ -60,6 +60,13 @@ class EnvReply:
     crashed: bool = False
 
 
+@dataclass
+class PendingSteps:
+    """Steps sent by :meth:`EnvPool.begin_steps`, not yet answered."""
+
+    slots: list[int]
+
+
 def _handle(env: Environment, command: str, args: tuple) -> Any:
     """Run one command on ``env``; every reply is sanitized (``safety.sanitize``)."""
     return sanitize(_dispatch(env, command, args))
@@ -260,6 +267,7 @@ class EnvPool:
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
         self.processes, self.start_method, self._context = processes, start_method, None
+        self._in_flight: list[int] | None = None  # the slots of unanswered begin_steps
         factory = factory_of(env_name)  # a registered name, entry point or module:Class
         self._slots = [self._new_slot(factory, timeout) for _ in range(slots)]
         # One local instance answers questions that need no episode (tasks, taxonomy).
@@ -282,13 +290,17 @@ class EnvPool:
         return sum(slot.restarts for slot in self._slots)
 
     def _call_many(self, command: str, calls: list[tuple[int, tuple]]) -> list[Any]:
+        return self._receive_many(self._send_many(command, calls))
+
+    def _send_many(self, command: str, calls: list[tuple[int, tuple]]) -> list[int]:
+        if self._in_flight is not None:
+            raise RuntimeError(f"{command} sent while the steps of slots {self._in_flight} are unanswered")
         for slot, args in calls:
             self._slots[slot].send(command, args)
-        replies = []
-        for slot, _ in calls:
-            status, value = self._slots[slot].receive()
-            replies.append((status, value))
-        return replies
+        return [slot for slot, _ in calls]
+
+    def _receive_many(self, slots: list[int]) -> list[tuple[str, Any]]:
+        return [self._slots[slot].receive() for slot in slots]
 
     def reset(self, assignments: list[tuple[int, Task, int]]) -> list[EnvReply]:
         """Reset slot ``i`` to ``(task, seed)`` for each assignment; all in parallel."""
@@ -319,9 +331,23 @@ class EnvPool:
 
     def step(self, actions: list[tuple[int, str]]) -> list[EnvReply]:
         """Step slot ``i`` with its action for each pair; all in parallel."""
-        replies = self._call_many("step", [(slot, (action,)) for slot, action in actions])
+        return self.finish_steps(self.begin_steps(actions))
+
+    def begin_steps(self, actions: list[tuple[int, str]]) -> PendingSteps:
+        """Send the steps of :meth:`step` and return at once: worker processes step while
+        the caller goes on (an in-process pool steps here). :meth:`finish_steps` collects
+        the replies; until then the pool refuses any other command (a RuntimeError)."""
+        pending = PendingSteps(self._send_many("step", [(slot, (action,)) for slot, action in actions]))
+        self._in_flight = pending.slots
+        return pending
+
+    def finish_steps(self, pending: PendingSteps) -> list[EnvReply]:
+        """The replies of :meth:`begin_steps`, in its order."""
+        if self._in_flight is not pending.slots:
+            raise RuntimeError("these steps were not the pool's last begin_steps, or were finished already")
+        self._in_flight = None
         out = []
-        for status, value in replies:
+        for status, value in self._receive_many(pending.slots):
             if status == "ok":
                 out.append(value)
             else:  # the worker died, hung or could not reply: end the episode, mark it, carry on

@@ -5,9 +5,12 @@ One turn of the loop (all active episodes together):
 1. build each episode's actor prompt and generate all actions in one batched call;
 2. rollout extensions of the enabled methods (e.g. Role-Agent's World-In-Agent
    predictions): one more batched generation each, recorded in ``step.extras[name]``;
-3. step all environments in parallel (worker processes) — a separate phase, so
-   environment processes never compete with torch for the cores (``docs/design.md``,
-   "Performance");
+3. step all environments in parallel (worker processes). With extensions and
+   ``overlap_env`` (the default) the steps are sent before step 2, whose generations
+   need only the chosen actions, and collected here: the workers step while the engine
+   generates, and the outputs are the same either way. Off, stepping is a separate
+   phase, so environment processes never share the cores with torch (a CPU with few
+   cores); ``RolloutStats.env_s`` counts only the time the loop waited for them;
 4. finished episodes drop out of the batch; each extension's ``finish`` sees every
    finished trajectory (e.g. to score the predictions against what followed).
 
@@ -96,6 +99,7 @@ class RolloutSettings:
     source: ActionSource = POLICY  # who acts: POLICY (the engine) | EXPERT (SFT data; below)
     record_chat: bool = False  # record each step's prompt chat in step.extras["chat"] (below)
     greedy: str = "token"  # at temperature 0: token | command (SamplingParams.greedy)
+    overlap_env: bool = True  # step the environments during the extensions' generations (below)
 
 
 @dataclass
@@ -319,7 +323,12 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         generations, parsed = choose_actions(engine, pool, active, prompts, settings, sampling, stats)
         stats.generate_s += time.perf_counter() - started
 
-        # 2. the methods' extra generations (e.g. World-In-Agent predictions) ----------
+        # 2. the methods' extra generations (e.g. World-In-Agent predictions), while the
+        # workers step when overlap_env is on ---------------------------------------------
+        to_step = [(e.slot, p.action) for e, p in zip(active, parsed) if p.valid]
+        started = time.perf_counter()
+        pending = pool.begin_steps(to_step) if to_step and extensions and settings.overlap_env else None
+        stats.env_s += time.perf_counter() - started
         started = time.perf_counter()
         turns = [
             Turn(e.instruction, e.observation, p.action, p.valid, g.prompt_ids, g.ids)
@@ -328,10 +337,12 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         records = [(ext.name, ext.after_actions(engine, turns)) for ext in extensions]
         stats.extension_s += time.perf_counter() - started
 
-        # 3. environment steps, all slots in parallel --------------------------------
+        # 3. environment steps, all slots in parallel (the wait for them, when sent above)
         started = time.perf_counter()
-        to_step = [(e.slot, p.action) for e, p in zip(active, parsed) if p.valid]
-        replies = iter(pool.step(to_step)) if to_step else iter(())
+        if pending is not None:
+            replies = iter(pool.finish_steps(pending))
+        else:
+            replies = iter(pool.step(to_step)) if to_step else iter(())
         stats.env_s += time.perf_counter() - started
 
         for i, (e, gen, p) in enumerate(zip(active, generations, parsed)):
