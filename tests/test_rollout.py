@@ -234,6 +234,26 @@ def test_environments_step_while_the_extensions_generate_and_nothing_changes(tin
     assert seen_on and all(slots for slots in seen_on)  # every turn's steps were out during the generations
 
 
+def test_an_extension_that_fails_leaves_the_pool_usable(scripted_engine):
+    class Failing(_InFlightProbe):
+        def after_actions(self, engine, turns):
+            raise ValueError("boom")
+
+    with EnvPool("scripted", slots=1, processes=True) as pool:
+        jobs = [(pool.meta.tasks("train")[0], 0)]
+        settings = RolloutSettings(max_steps=2, action_format="action")
+        with pytest.raises(ValueError, match="boom"):
+            run_episodes(
+                engine=scripted_engine(expert_reply),
+                pool=pool,
+                jobs=jobs,
+                settings=settings,
+                extensions=[Failing(pool)],
+            )
+        (trajectory,), _ = run_episodes(engine=scripted_engine(expert_reply), pool=pool, jobs=jobs, settings=settings)
+        assert len(trajectory.steps) == 2 and not trajectory.crashed
+
+
 def test_a_pool_with_steps_out_refuses_other_commands():
     with EnvPool("scripted", slots=2, processes=True) as pool:
         pool.reset([(i, task, 0) for i, task in enumerate(pool.meta.tasks("train")[:2])])

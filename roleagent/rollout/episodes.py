@@ -334,7 +334,12 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
             Turn(e.instruction, e.observation, p.action, p.valid, g.prompt_ids, g.ids)
             for e, p, g in zip(active, parsed, generations)
         ]
-        records = [(ext.name, ext.after_actions(engine, turns)) for ext in extensions]
+        try:
+            records = [(ext.name, ext.after_actions(engine, turns)) for ext in extensions]
+        except BaseException:
+            if pending is not None:
+                pool.finish_steps(pending)  # collect the workers' replies: the pool stays usable
+            raise
         stats.extension_s += time.perf_counter() - started
 
         # 3. environment steps, all slots in parallel (the wait for them, when sent above)
