@@ -12,8 +12,9 @@ retriever). Paths:
   shipped default, but window turns never nest, so nothing is packed);
 * ``full`` — as ``new``, with the full interaction as context (the prompt only grows, so
   each turn reuses the previous turn's KV) and each episode trained as one packed sequence;
-* ``sequential`` — as ``new``, with each turn's environment steps after the prediction pass
-  instead of during it (``rollout.overlap_env=false``).
+* ``sequential`` / ``overlapped`` — as ``new``, with each turn's environment steps after the
+  prediction pass (``rollout.overlap_env=never``, what ``auto`` does on a CPU) or during it
+  (``always``, what ``auto`` does on a GPU).
 
 Each (method, path) pair runs one training iteration in its own subprocess, so its peak RSS
 (``ru_maxrss``) is its own. The paper reports ~5% total overhead for Role-Agent's extra
@@ -73,7 +74,8 @@ PATHS = {
         "optim.pack_episodes=true",
     ],
 }
-PATHS["sequential"] = [*PATHS["new"], "rollout.overlap_env=false"]
+PATHS["sequential"] = [*PATHS["new"], "rollout.overlap_env=never"]
+PATHS["overlapped"] = [*PATHS["new"], "rollout.overlap_env=always"]
 SMOKE = [
     "model.name=tiny",
     "model.device=cpu",
@@ -164,7 +166,7 @@ def report(rows: dict[tuple[str, str], dict], paths: list[str]) -> None:
                 f"score {r.get('wia/score', float('nan')):.2f}"
             )
     for method in dict.fromkeys(m for m, _ in rows):
-        overlapped, sequential = rows.get((method, "new")), rows.get((method, "sequential"))
+        overlapped, sequential = rows.get((method, "overlapped")), rows.get((method, "sequential"))
         if overlapped and sequential:
             print(
                 f"{method}: rollout with the environments stepping during the prediction pass / after it = "

@@ -129,11 +129,12 @@ class RolloutConfig:
         "actions, GLAM); action_format action, or think_action (then each turn is <action>c</action>, no "
         "thought); environments without lists decode freely",
     )
-    overlap_env: bool = setting(
-        True,
-        "send each turn's environment steps before the methods' extra generations (World-In-Agent's "
-        "predictions), so worker processes step while the engine generates; the same outputs either way. "
-        "false: the steps wait for the generations (workers never share the cores with torch)",
+    overlap_env: str = setting(
+        "auto",
+        "always: send each turn's environment steps before the methods' extra generations (World-In-Agent's "
+        "predictions), so worker processes step while the engine generates, with the same outputs | never: "
+        "the steps wait for the generations (workers never share the cores with torch) | auto: always when "
+        "the engine decodes on a GPU or a server, never on this machine's CPU",
     )
     max_prompt_tokens: int = setting(1024, "prompts longer than this keep their last tokens")
     max_batch: int = setting(32, "most sequences in one generation batch")

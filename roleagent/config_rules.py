@@ -78,6 +78,7 @@ FIELD_RULES: dict[str, Rule] = {
     "rollout.group_size": count(1),
     "rollout.max_steps": count(0),
     "rollout.action_format": one_of("think_action", "action", "raw"),
+    "rollout.overlap_env": one_of("auto", "always", "never"),
     "rollout.history": count(0),
     "rollout.max_new_tokens": count(1),
     # the trainer divides logits by the rollout temperature: 0 would be a division by zero

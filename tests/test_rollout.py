@@ -11,6 +11,7 @@ import pytest
 from roleagent.envs.workers import EnvPool
 from roleagent.methods.role_agent.wia import PredictionExtension
 from roleagent.rollout import RolloutSettings, run_episodes
+from roleagent.rollout.episodes import overlaps_env
 
 
 def expert_reply(prompt: str, _call: int) -> str:
@@ -202,9 +203,9 @@ class _InFlightProbe:
 
 @pytest.mark.parametrize("processes", [True, False])
 def test_environments_step_while_the_extensions_generate_and_nothing_changes(tiny_policy, processes):
-    """``overlap_env``: each turn's steps are sent before the extensions' generations and
-    collected after them (the workers step meanwhile); the sampled actions, predictions and
-    observations equal those of the sequential order."""
+    """``overlap_env=always``: each turn's steps are sent before the extensions' generations
+    and collected after them (the workers step meanwhile); the sampled actions, predictions
+    and observations equal those of the sequential order (``never``, and ``auto`` on a CPU)."""
     from roleagent.engine.hf import HFEngine
 
     def play(overlap):
@@ -227,11 +228,25 @@ def test_environments_step_while_the_extensions_generate_and_nothing_changes(tin
         ]
         return steps, probe.seen
 
-    overlapped, seen_on = play(True)
-    sequential, seen_off = play(False)
-    assert overlapped == sequential and len(overlapped) >= 4
-    assert seen_off == [None] * len(seen_off)
+    overlapped, seen_on = play("always")
+    sequential, seen_off = play("never")
+    on_cpu, seen_auto = play("auto")
+    assert overlapped == sequential == on_cpu and len(overlapped) >= 4
+    assert seen_off == seen_auto == [None] * len(seen_off)
     assert seen_on and all(slots for slots in seen_on)  # every turn's steps were out during the generations
+
+
+def test_auto_overlaps_where_the_engine_does_not_decode_on_this_cpu():
+    from types import SimpleNamespace
+
+    import torch
+
+    on = {name: SimpleNamespace(policy=SimpleNamespace(device=torch.device(name))) for name in ("cpu", "cuda")}
+    assert [overlaps_env("auto", on["cpu"]), overlaps_env("auto", on["cuda"])] == [False, True]
+    assert overlaps_env("auto", SimpleNamespace(tokenizer=None))  # a server generates elsewhere
+    assert overlaps_env("always", on["cpu"]) and not overlaps_env("never", on["cuda"])
+    with pytest.raises(ValueError, match="auto, always or never"):
+        overlaps_env("true", on["cpu"])
 
 
 def test_an_extension_that_fails_leaves_the_pool_usable(scripted_engine):
@@ -241,7 +256,7 @@ def test_an_extension_that_fails_leaves_the_pool_usable(scripted_engine):
 
     with EnvPool("scripted", slots=1, processes=True) as pool:
         jobs = [(pool.meta.tasks("train")[0], 0)]
-        settings = RolloutSettings(max_steps=2, action_format="action")
+        settings = RolloutSettings(max_steps=2, action_format="action", overlap_env="always")
         with pytest.raises(ValueError, match="boom"):
             run_episodes(
                 engine=scripted_engine(expert_reply),

@@ -5,12 +5,14 @@ One turn of the loop (all active episodes together):
 1. build each episode's actor prompt and generate all actions in one batched call;
 2. rollout extensions of the enabled methods (e.g. Role-Agent's World-In-Agent
    predictions): one more batched generation each, recorded in ``step.extras[name]``;
-3. step all environments in parallel (worker processes). With extensions and
-   ``overlap_env`` (the default) the steps are sent before step 2, whose generations
-   need only the chosen actions, and collected here: the workers step while the engine
-   generates, and the outputs are the same either way. Off, stepping is a separate
-   phase, so environment processes never share the cores with torch (a CPU with few
-   cores); ``RolloutStats.env_s`` counts only the time the loop waited for them;
+3. step all environments in parallel (worker processes). When the steps overlap the
+   extensions (``overlap_env``: ``always``; ``auto``, the default, when the engine does not
+   decode on this machine's CPU) they are sent before step 2, whose generations need only
+   the chosen actions, and collected here: the workers step while the engine generates,
+   with the same outputs. Otherwise stepping is a separate phase, so environment
+   processes never share the cores with torch: on a 2-core CPU the overlap hid 3 s of
+   environment time and slowed the prediction pass by 4–10 s (``benchmarks/RESULTS.md``,
+   "Iteration cost"). ``RolloutStats.env_s`` counts only the time the loop waited;
 4. finished episodes drop out of the batch; each extension's ``finish`` sees every
    finished trajectory (e.g. to score the predictions against what followed).
 
@@ -99,7 +101,7 @@ class RolloutSettings:
     source: ActionSource = POLICY  # who acts: POLICY (the engine) | EXPERT (SFT data; below)
     record_chat: bool = False  # record each step's prompt chat in step.extras["chat"] (below)
     greedy: str = "token"  # at temperature 0: token | command (SamplingParams.greedy)
-    overlap_env: bool = True  # step the environments during the extensions' generations (below)
+    overlap_env: str = "auto"  # step the environments during the extensions' generations: auto | always | never
 
 
 @dataclass
@@ -303,6 +305,7 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         lambda text: len(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
     )
     episodes = _start_wave(pool, wave, stats)
+    overlap = overlaps_env(settings.overlap_env, engine) and bool(extensions)
     sampling = SamplingParams(
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
@@ -324,10 +327,10 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         stats.generate_s += time.perf_counter() - started
 
         # 2. the methods' extra generations (e.g. World-In-Agent predictions), while the
-        # workers step when overlap_env is on ---------------------------------------------
+        # workers step when they overlap (module docstring) ------------------------------
         to_step = [(e.slot, p.action) for e, p in zip(active, parsed) if p.valid]
         started = time.perf_counter()
-        pending = pool.begin_steps(to_step) if to_step and extensions and settings.overlap_env else None
+        pending = pool.begin_steps(to_step) if to_step and overlap else None
         stats.env_s += time.perf_counter() - started
         started = time.perf_counter()
         turns = [
@@ -378,6 +381,18 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         for ext in extensions:
             ext.finish(e.trajectory)
     return [e.trajectory for e in episodes]
+
+
+def overlaps_env(mode: str, engine: Engine) -> bool:
+    """Whether a turn's environment steps run during the extensions' generations
+    (``overlap_env``): ``always``, ``never``, or ``auto``: when the engine decodes
+    elsewhere than on this machine's CPU (a GPU, or a server: no local ``policy``)."""
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"overlap_env={mode!r}: choose auto, always or never")
+    if mode != "auto":
+        return mode == "always"
+    device = getattr(getattr(engine, "policy", None), "device", None)
+    return device is None or getattr(device, "type", str(device)) != "cpu"
 
 
 def _apply(e: _Episode, step: Step, p, reply, settings: RolloutSettings) -> None:
