@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from roleagent.engine.openai import OWN_FIELDS
+from roleagent.engine.openai import OWN_FIELDS, own_fields_in
 from roleagent.engine.static_decode import COMPILE_MODES, DECODES
 from roleagent.fields import FOLDER, NONEMPTY, ConfigError, Rule, above, at_least, check_episodes, count, one_of, within
 from roleagent.methods.asl.config import RULES as ASL_RULES
@@ -46,7 +46,7 @@ FIELD_RULES: dict[str, Rule] = {
     "server.retries": within(0, 10),
     "server.concurrency": count(1),
     "server.extra_body": (
-        lambda v: isinstance(v, dict) and not OWN_FIELDS.intersection(map(str, v)),
+        lambda v: isinstance(v, dict) and not own_fields_in(v),
         "a mapping of request fields the engine does not set itself (not " + ", ".join(sorted(OWN_FIELDS)) + ")",
     ),
     "hf_engine.decode": one_of(*DECODES),

@@ -113,11 +113,16 @@ OWN_FIELDS = frozenset(
 )
 
 
+def own_fields_in(extra: dict) -> list[str]:
+    """The keys of ``extra`` that name a field of :data:`OWN_FIELDS`, sorted."""
+    return sorted(OWN_FIELDS.intersection(map(str, extra)))
+
+
 def checked_extra_body(extra: Any) -> dict:
     """``ServerConfig.extra_body`` when it is a mapping that sets none of :data:`OWN_FIELDS`."""
     if not isinstance(extra, dict):
         raise EngineError(f"server.extra_body must be a mapping of request fields, got {extra!r}")
-    taken = sorted(OWN_FIELDS.intersection(map(str, extra)))
+    taken = own_fields_in(extra)
     if taken:
         raise EngineError(f"server.extra_body may not set {', '.join(taken)}: the engine sets them itself")
     return dict(extra)
