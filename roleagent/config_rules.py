@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from roleagent.engine.openai import OWN_FIELDS, own_fields_in
+from roleagent.engine.openai_http import OWN_FIELDS, own_fields_in
 from roleagent.engine.static_decode import COMPILE_MODES, DECODES
 from roleagent.fields import FOLDER, NONEMPTY, ConfigError, Rule, above, at_least, check_episodes, count, one_of, within
 from roleagent.methods.asl.config import RULES as ASL_RULES

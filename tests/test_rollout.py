@@ -11,7 +11,7 @@ import pytest
 from roleagent.envs.workers import EnvPool
 from roleagent.methods.role_agent.wia import PredictionExtension
 from roleagent.rollout import RolloutSettings, run_episodes
-from roleagent.rollout.episodes import overlaps_env
+from roleagent.rollout.extensions import overlaps_env
 
 
 def expert_reply(prompt: str, _call: int) -> str:

@@ -21,9 +21,8 @@ Two modes (``server.mode``):
 - ``auto``: ``tokens``, switching to ``text`` for good if the server refuses token-id
   prompts (HTTP 400/404/422) or returns no token ids or log-probs.
 
-Fields the engine does not set (a server's own sampling options) travel in every
-generation request from ``server.extra_body``, e.g. ``{ignore_eos: true}`` for llama-server;
-one that names a field the engine sets itself is refused (:func:`checked_extra_body`).
+A server's own sampling options travel in every generation request from
+``server.extra_body`` (:func:`~roleagent.engine.openai_http.checked_extra_body`).
 
 Stop strings are applied here, not by the server (servers differ in whether a stop
 string stays in the text and its tokens in the ids): a row stops after the first token
@@ -65,6 +64,7 @@ from roleagent.engine.openai_http import (
     MissingTokens,
     TooSlow,
     chat_text,
+    checked_extra_body,
     error_detail,
     exchange,
     first_choice,
@@ -104,28 +104,6 @@ class ServerConfig:
         "fields added to every generation request, e.g. {ignore_eos: true} (llama-server) or {top_k: 20} "
         "(vLLM); the engine's own fields cannot be set here",
     )
-
-
-#: request fields the engine sets itself (``ServerConfig.extra_body`` may not)
-OWN_FIELDS = frozenset(
-    ["model", "prompt", "messages", "tools", "max_tokens", "temperature", "top_p", "seed", "logprobs", "stream", "n"]
-    + ["return_token_ids", "return_tokens_as_token_ids"]
-)
-
-
-def own_fields_in(extra: dict) -> list[str]:
-    """The keys of ``extra`` that name a field of :data:`OWN_FIELDS`, sorted."""
-    return sorted(OWN_FIELDS.intersection(map(str, extra)))
-
-
-def checked_extra_body(extra: Any) -> dict:
-    """``ServerConfig.extra_body`` when it is a mapping that sets none of :data:`OWN_FIELDS`."""
-    if not isinstance(extra, dict):
-        raise EngineError(f"server.extra_body must be a mapping of request fields, got {extra!r}")
-    taken = own_fields_in(extra)
-    if taken:
-        raise EngineError(f"server.extra_body may not set {', '.join(taken)}: the engine sets them itself")
-    return dict(extra)
 
 
 class OpenAIEngine:

@@ -9,6 +9,9 @@ misbehave.
 - :func:`json_reply`: the body as a JSON object (UTF-8, standard JSON: no ``NaN``).
 - :func:`reply_tokens`, :func:`chat_text`: the generated ids, log-probs or text of one
   choice, checked for type and range; a reply of another shape raises :class:`EngineError`.
+- :func:`checked_extra_body`: ``server.extra_body``, the server's own request fields (e.g.
+  ``{ignore_eos: true}`` for llama-server, ``{top_k: 20}`` for vLLM), none of them one the
+  engine sets itself (:data:`OWN_FIELDS`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,28 @@ REPLY_BYTES_PER_TOKEN = 8 << 10
 #: largest token id accepted when the tokenizer does not say its size
 MAX_TOKEN_ID = 2**31 - 1
 _TOKEN_ID = re.compile(r"token_id:(\d{1,10})")
+
+
+#: request fields the engine sets itself (``server.extra_body`` may not)
+OWN_FIELDS = frozenset(
+    ["model", "prompt", "messages", "tools", "max_tokens", "temperature", "top_p", "seed", "logprobs", "stream", "n"]
+    + ["return_token_ids", "return_tokens_as_token_ids"]
+)
+
+
+def own_fields_in(extra: dict) -> list[str]:
+    """The keys of ``extra`` that name a field of :data:`OWN_FIELDS`, sorted."""
+    return sorted(OWN_FIELDS.intersection(map(str, extra)))
+
+
+def checked_extra_body(extra: Any) -> dict:
+    """``server.extra_body`` when it is a mapping that sets none of :data:`OWN_FIELDS`."""
+    if not isinstance(extra, dict):
+        raise EngineError(f"server.extra_body must be a mapping of request fields, got {extra!r}")
+    taken = own_fields_in(extra)
+    if taken:
+        raise EngineError(f"server.extra_body may not set {', '.join(taken)}: the engine sets them itself")
+    return dict(extra)
 
 
 def reply_limit(max_tokens: int = 0) -> int:

@@ -60,13 +60,6 @@ class EnvReply:
     crashed: bool = False
 
 
-@dataclass
-class PendingSteps:
-    """Steps sent by :meth:`EnvPool.begin_steps`, not yet answered."""
-
-    slots: list[int]
-
-
 def _handle(env: Environment, command: str, args: tuple) -> Any:
     """Run one command on ``env``; every reply is sanitized (``safety.sanitize``)."""
     return sanitize(_dispatch(env, command, args))
@@ -333,21 +326,21 @@ class EnvPool:
         """Step slot ``i`` with its action for each pair; all in parallel."""
         return self.finish_steps(self.begin_steps(actions))
 
-    def begin_steps(self, actions: list[tuple[int, str]]) -> PendingSteps:
-        """Send the steps of :meth:`step` and return at once: worker processes step while
-        the caller goes on (an in-process pool steps here). :meth:`finish_steps` collects
-        the replies; until then the pool refuses any other command (a RuntimeError)."""
-        pending = PendingSteps(self._send_many("step", [(slot, (action,)) for slot, action in actions]))
-        self._in_flight = pending.slots
-        return pending
+    def begin_steps(self, actions: list[tuple[int, str]]) -> list[int]:
+        """Send the steps of :meth:`step` and return at once (the slots stepping): worker
+        processes step while the caller goes on (an in-process pool steps here).
+        :meth:`finish_steps` collects the replies; until then the pool refuses any other
+        command (a RuntimeError)."""
+        self._in_flight = self._send_many("step", [(slot, (action,)) for slot, action in actions])
+        return self._in_flight
 
-    def finish_steps(self, pending: PendingSteps) -> list[EnvReply]:
+    def finish_steps(self, pending: list[int]) -> list[EnvReply]:
         """The replies of :meth:`begin_steps`, in its order."""
-        if self._in_flight is not pending.slots:
+        if self._in_flight is not pending:
             raise RuntimeError("these steps were not the pool's last begin_steps, or were finished already")
         self._in_flight = None
         out = []
-        for status, value in self._receive_many(pending.slots):
+        for status, value in self._receive_many(pending):
             if status == "ok":
                 out.append(value)
             else:  # the worker died, hung or could not reply: end the episode, mark it, carry on

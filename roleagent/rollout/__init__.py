@@ -3,6 +3,8 @@
 - :mod:`roleagent.rollout.episodes`: the loop (:func:`run_episodes`), one batched model call
   per turn for every active episode, with the methods' rollout extensions, context modes,
   expert play and replayed prefixes (its module docstring);
+- :mod:`roleagent.rollout.extensions`: what a method adds to every turn (World-In-Agent's
+  predictions), and whether the environments step meanwhile (``rollout.overlap_env``);
 - :mod:`roleagent.rollout.actions`: who chooses each turn's action, an ``ActionSource``
   (the policy, free or constrained; the environment's expert; a replayed prefix);
 - :mod:`roleagent.rollout.actor`: the actor role every method shares, its prompts and the
@@ -12,14 +14,8 @@
 """
 
 from roleagent.rollout.actions import EXPERT, POLICY, ActionSource
-from roleagent.rollout.episodes import (
-    RolloutExtension,
-    RolloutSettings,
-    RolloutStats,
-    Turn,
-    rollout_settings,
-    run_episodes,
-)
+from roleagent.rollout.episodes import RolloutSettings, RolloutStats, rollout_settings, run_episodes
+from roleagent.rollout.extensions import RolloutExtension, Turn
 
 __all__ = [
     "EXPERT",

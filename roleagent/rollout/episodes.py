@@ -5,14 +5,8 @@ One turn of the loop (all active episodes together):
 1. build each episode's actor prompt and generate all actions in one batched call;
 2. rollout extensions of the enabled methods (e.g. Role-Agent's World-In-Agent
    predictions): one more batched generation each, recorded in ``step.extras[name]``;
-3. step all environments in parallel (worker processes). When the steps overlap the
-   extensions (``overlap_env``: ``always``; ``auto``, the default, when the engine does not
-   decode on this machine's CPU) they are sent before step 2, whose generations need only
-   the chosen actions, and collected here: the workers step while the engine generates,
-   with the same outputs. Otherwise stepping is a separate phase, so environment
-   processes never share the cores with torch: on a 2-core CPU the overlap hid 3 s of
-   environment time and slowed the prediction pass by 4–10 s (``benchmarks/RESULTS.md``,
-   "Iteration cost"). ``RolloutStats.env_s`` counts only the time the loop waited;
+3. step all environments in parallel (worker processes), after step 2 or during it
+   (``overlap_env``, :mod:`roleagent.rollout.extensions`);
 4. finished episodes drop out of the batch; each extension's ``finish`` sees every
    finished trajectory (e.g. to score the predictions against what followed).
 
@@ -77,12 +71,12 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
 
 from roleagent.engine.base import Engine, SamplingParams
 from roleagent.envs.workers import EnvPool
 from roleagent.rollout import actor
 from roleagent.rollout.actions import POLICY, ActionSource, choose_actions
+from roleagent.rollout.extensions import RolloutExtension, Turn, extend_and_step, overlaps_env
 from roleagent.types import Step, Task, Trajectory
 
 
@@ -102,32 +96,6 @@ class RolloutSettings:
     record_chat: bool = False  # record each step's prompt chat in step.extras["chat"] (below)
     greedy: str = "token"  # at temperature 0: token | command (SamplingParams.greedy)
     overlap_env: str = "auto"  # step the environments during the extensions' generations: auto | always | never
-
-
-@dataclass
-class Turn:
-    """What a rollout extension sees of one episode's turn: the state and the chosen action."""
-
-    instruction: str
-    observation: str
-    action: str | None
-    valid: bool
-    prompt_ids: list[int] = field(default_factory=list)  # the actor's prompt of this turn
-    action_ids: list[int] = field(default_factory=list)  # the ids it generated (as sampled)
-
-
-class RolloutExtension(Protocol):
-    """A method's extra batched generation per turn (``Method.rollout_extension``)."""
-
-    name: str  # the step.extras key of its records
-
-    def after_actions(self, engine: Engine, turns: Sequence[Turn]) -> list[dict[str, Any] | None]:
-        """One record per turn (None: nothing to record), from at most one batched call."""
-        ...
-
-    def finish(self, trajectory: Trajectory) -> None:
-        """Called once per finished episode of the wave."""
-        ...
 
 
 @dataclass
@@ -326,32 +294,15 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         generations, parsed = choose_actions(engine, pool, active, prompts, settings, sampling, stats)
         stats.generate_s += time.perf_counter() - started
 
-        # 2. the methods' extra generations (e.g. World-In-Agent predictions), while the
-        # workers step when they overlap (module docstring) ------------------------------
-        to_step = [(e.slot, p.action) for e, p in zip(active, parsed) if p.valid]
-        started = time.perf_counter()
-        pending = pool.begin_steps(to_step) if to_step and overlap else None
-        stats.env_s += time.perf_counter() - started
-        started = time.perf_counter()
+        # 2-3. the methods' extra generations (e.g. World-In-Agent predictions) and the
+        # environment steps, all slots in parallel, overlapped or not (``extensions``) ----
         turns = [
             Turn(e.instruction, e.observation, p.action, p.valid, g.prompt_ids, g.ids)
             for e, p, g in zip(active, parsed, generations)
         ]
-        try:
-            records = [(ext.name, ext.after_actions(engine, turns)) for ext in extensions]
-        except BaseException:
-            if pending is not None:
-                pool.finish_steps(pending)  # collect the workers' replies: the pool stays usable
-            raise
-        stats.extension_s += time.perf_counter() - started
-
-        # 3. environment steps, all slots in parallel (the wait for them, when sent above)
-        started = time.perf_counter()
-        if pending is not None:
-            replies = iter(pool.finish_steps(pending))
-        else:
-            replies = iter(pool.step(to_step)) if to_step else iter(())
-        stats.env_s += time.perf_counter() - started
+        to_step = [(e.slot, p.action) for e, p in zip(active, parsed) if p.valid]
+        records, replies = extend_and_step(engine, pool, turns, to_step, extensions, overlap, stats)
+        replies = iter(replies)
 
         for i, (e, gen, p) in enumerate(zip(active, generations, parsed)):
             step = Step(
@@ -381,18 +332,6 @@ def _run_wave(engine, pool, wave, settings, extensions, stats, progress) -> list
         for ext in extensions:
             ext.finish(e.trajectory)
     return [e.trajectory for e in episodes]
-
-
-def overlaps_env(mode: str, engine: Engine) -> bool:
-    """Whether a turn's environment steps run during the extensions' generations
-    (``overlap_env``): ``always``, ``never``, or ``auto``: when the engine decodes
-    elsewhere than on this machine's CPU (a GPU, or a server: no local ``policy``)."""
-    if mode not in ("auto", "always", "never"):
-        raise ValueError(f"overlap_env={mode!r}: choose auto, always or never")
-    if mode != "auto":
-        return mode == "always"
-    device = getattr(getattr(engine, "policy", None), "device", None)
-    return device is None or getattr(device, "type", str(device)) != "cpu"
 
 
 def _apply(e: _Episode, step: Step, p, reply, settings: RolloutSettings) -> None:
