@@ -9,6 +9,8 @@ Agent's prediction), as a main-job rollout turn does. One torch thread.
 
     python benchmarks/probe_rollout_memory.py --dtype fast --init-from RUN/sft/final
     python benchmarks/probe_rollout_memory.py --dtype fast --mmap-threshold-kb 8192 --init-from RUN/sft/final
+    python benchmarks/probe_rollout_memory.py --dtype fast --arena 0   # transformers' DynamicCache
+    python benchmarks/probe_rollout_memory.py --dtype fast --prefill-tokens 2048
 
 Prints one JSON line: the settings, RSS after loading, the peak (``PhaseMemory`` sampling
 every 20 ms, and ``ru_maxrss``), RSS at the end (no ``malloc_trim``) and the seconds of the
@@ -26,6 +28,7 @@ from bench_engine import alfworld_prompt
 
 from roleagent.engine import create_engine
 from roleagent.engine.base import SamplingParams
+from roleagent.engine.static_decode import HFEngineConfig
 from roleagent.models.loading import load_policy
 from roleagent.trainer.memory import PhaseMemory, resident_mb, set_mmap_threshold
 
@@ -36,6 +39,8 @@ def main(argv=None) -> None:
     parser.add_argument("--prefix-tokens", type=int, default=8192)
     parser.add_argument("--mmap-threshold-kb", type=int, default=0)
     parser.add_argument("--init-from", default="")
+    parser.add_argument("--arena", type=int, default=1, help="hf_engine.arena: 1 (default) or 0")
+    parser.add_argument("--prefill-tokens", type=int, default=0, help="hf_engine.prefill_tokens")
     args = parser.parse_args(argv)
     if args.mmap_threshold_kb:
         set_mmap_threshold(args.mmap_threshold_kb)
@@ -44,12 +49,18 @@ def main(argv=None) -> None:
     with memory.phase("load"):
         policy = load_policy("embedded", dtype=args.dtype, lora_rank=16, init_from=args.init_from)
         engine = create_engine(
-            "hf", policy, max_batch=32, max_prompt_tokens=2048, prefix_cache_tokens=args.prefix_tokens
+            "hf",
+            policy,
+            max_batch=32,
+            max_prompt_tokens=2048,
+            prefix_cache_tokens=args.prefix_tokens,
+            settings=HFEngineConfig(arena=bool(args.arena), prefill_tokens=args.prefill_tokens),
         )
     with memory.phase("turns"):
         seconds = play(engine)
     m = memory.metrics()
     out = {"dtype": args.dtype, "prefix_tokens": args.prefix_tokens, "mmap_threshold_kb": args.mmap_threshold_kb}
+    out |= {"arena": args.arena, "prefill_tokens": args.prefill_tokens}
     out |= {
         "loaded_mb": round(m["memory/turns_start_mb"]),
         "peak_mb": round(max(m["memory/load_peak_mb"], m["memory/turns_peak_mb"])),

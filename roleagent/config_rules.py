@@ -52,6 +52,7 @@ FIELD_RULES: dict[str, Rule] = {
     "hf_engine.decode": one_of(*DECODES),
     "hf_engine.compile_mode": one_of(*COMPILE_MODES),
     "hf_engine.cache_bucket": count(1),
+    "hf_engine.prefill_tokens": count(0),
     "model.lora_alpha": above(0),
     "model.lora_target": (
         lambda v: (

@@ -41,9 +41,8 @@ def best_sequences(engine, prompts: list[list[int]], tries: list[TokenTrie]) -> 
     model = engine.policy.model
     was_training = model.training
     model.eval()
-    step_input, attention, positions, cache = engine._prefill_inputs(prompts)
-    output = engine._forward(step_input, attention, positions, cache)
-    cache = getattr(output, engine._cache_kwarg)
+    step_input, attention, positions, reuse = engine._prefill_inputs(prompts)
+    last, cache, _, _ = engine._prefill(step_input, attention, positions, reuse, 0)  # (n, V)
     if not plain_dynamic(cache):
         raise ValueError("greedy='command' needs a model with a plain DynamicCache (full-attention layers)")
     n = len(prompts)
@@ -52,7 +51,7 @@ def best_sequences(engine, prompts: list[list[int]], tries: list[TokenTrie]) -> 
     nodes: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}  # (row, prefix) -> {token: log π}
     for row, trie in enumerate(tries):
         if len(allowed := trie.next_tokens([])) > 1:
-            nodes[(row, ())] = _restricted(output.logits[row, -1].float(), allowed)
+            nodes[(row, ())] = _restricted(last[row].float(), allowed)
     deep = {(row, tuple(ids[:t])) for row, ids, sets in paths for t in range(1, len(ids)) if len(sets[t]) > 1}
     feeds = sorted(deep)  # a prefix sorts right before the prefixes that extend it
     feeds = [f for f, g in zip(feeds, [*feeds[1:], None]) if g is None or g[0] != f[0] or g[1][: len(f[1])] != f[1]]

@@ -46,6 +46,7 @@ from roleagent.engine.base import Allowed, Generation, SamplingParams
 from roleagent.engine.chat import encode_chat, encode_followup
 from roleagent.engine.command_greedy import best_sequences
 from roleagent.engine.constrain import TokenTrie, TrieCursor, sample_rows
+from roleagent.engine.kv_arena import KVArena, full_attention_layers, row_chunks
 from roleagent.engine.prefix_cache import PrefixCache, PrefixEntry, batch_cache, plain_dynamic, row_kv
 from roleagent.engine.static_decode import DECODES, HFEngineConfig, decode_step, static_advance, static_batch
 from roleagent.models.loading import Policy
@@ -100,6 +101,7 @@ class HFEngine:
         # Only the last position's logits are sampled from: skip the LM head elsewhere (in a
         # prefill of n tokens it is ~20% of SmolLM2-135M's FLOPs and an n x vocab tensor).
         self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
+        self._arena_layers = full_attention_layers(base.config)  # 0: transformers' cache (kv_arena)
 
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -185,7 +187,7 @@ class HFEngine:
 
         n = len(prompts)
         static = self.settings.decode != "eager"  # fixed shapes: every row stays, cache and mask preallocated
-        step_input, attention, step_positions, cache = self._prefill_inputs(prompts)
+        step_input, attention, step_positions, reuse = self._prefill_inputs(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_logprobs: list[list[float]] = [[] for _ in range(n)]
         cursors = [None if t is None else TrieCursor(t) for t in tries]
@@ -195,15 +197,12 @@ class HFEngine:
         truncated = [True] * n
         fed = [None] * n  # generated tokens whose KV the cache holds, when not all but the last
         alive = list(range(n))  # original row index of each live row (eager: of each row in the batch)
-        if static:  # filled: the mask's columns in use
-            attention, cache, filled = static_batch(
-                self._model_config, attention, max(limits), self.settings.cache_bucket
-            )
+        logits, cache, attention, filled = self._prefill(step_input, attention, step_positions, reuse, max(limits))
         for step in range(max(limits)):
-            forward = self._decode if step else self._forward  # the prefill's width varies: never compiled
-            output = forward(step_input, attention, step_positions, cache)
-            cache = getattr(output, self._cache_kwarg)
-            logits = output.logits[:, -1, :]  # (b, V); static: (n, V), of which the live rows are sampled
+            if step:
+                output = self._decode(step_input, attention, step_positions, cache)
+                cache = getattr(output, self._cache_kwarg)
+                logits = output.logits[:, -1, :]  # (b, V); static: (n, V), of which the live rows are sampled
             rows = torch.tensor(alive, device=device) if static else None
             logits = (logits if rows is None else logits[rows]).float()  # in alive's order: the eager draws
             allowed = {(row,): cursors[i].allowed() for row, i in enumerate(alive) if cursors[i] is not None}
@@ -264,8 +263,33 @@ class HFEngine:
             **last,
         )
 
+    def _prefill(self, step_input, attention, positions, reuse, new_tokens: int):
+        """The first forward: the last positions' logits (n, V), the cache to decode from
+        (room for ``new_tokens`` more positions), the mask and its columns in use.
+        ``decode`` static/compiled: a ``StaticCache`` and its full-width mask (never
+        compiled: the prefill's width varies). Eager with ``hf_engine.arena`` (and only
+        full-attention layers): a :class:`~roleagent.engine.kv_arena.KVArena`, the rows
+        prefilled in chunks of ``hf_engine.prefill_tokens``. Else transformers' own cache."""
+        n, width = attention.shape
+        width_c = width - step_input.shape[1]  # C: the reused prefixes' width
+        if self.settings.decode != "eager" or not (self.settings.arena and self._arena_layers):
+            cache = batch_cache(reuse, width_c) if width_c else None
+            if self.settings.decode != "eager":
+                attention, cache, width = static_batch(
+                    self._model_config, attention, new_tokens, self.settings.cache_bucket
+                )
+            output = self._forward(step_input, attention, positions, cache)
+            return output.logits[:, -1, :], getattr(output, self._cache_kwarg), attention, width
+        arena = KVArena(self._arena_layers, n, width + new_tokens, reuse, width_c)
+        logits = []
+        for rows in row_chunks(n, step_input.shape[1], self.settings.prefill_tokens):
+            part = slice(rows.start, rows.stop)
+            output = self._forward(step_input[part], attention[part], positions[part], arena.cache(rows, width_c))
+            logits.append(output.logits[:, -1, :])
+        return torch.cat(logits), arena.cache(length=width), attention, width
+
     def _prefill_inputs(self, prompts: list[list[int]]):
-        """Input ids, attention mask, position ids and initial cache of the first forward.
+        """Input ids, attention mask, position ids and the reused prefixes of the first forward.
 
         Row i reuses ``c_i`` stored tokens (0 without a stored prefix) and prefills the
         other ``s_i = len(prompt) - c_i >= 1``. The cache holds the stored KVs left-padded
@@ -273,7 +297,7 @@ class HFEngine:
         mask over the C + S key positions of row i is ``0…0 1×c_i 0…0 1×s_i``: pads sit in
         the middle, hidden from every query by the explicit mask, and a suffix token's
         position id counts the ones before it (c_i + j), as if the prompt were unpadded.
-        Without reuse (C = 0) this is plain left padding.
+        Without reuse (C = 0) this is plain left padding. Reused prefixes: ``(entry, c_i)``.
         """
         device = self.policy.device
         n = len(prompts)
@@ -291,8 +315,7 @@ class HFEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, width_c:]  # (n, S)
         self.prompt_tokens += sum(len(p) for p in prompts) - sum(cached)
         self.reused_prompt_tokens += sum(cached)
-        cache = batch_cache(reuse, width_c) if width_c else None
-        return input_ids, attention, positions, cache
+        return input_ids, attention, positions, reuse
 
     # ------------------------------------------------------------ prefix reuse -------
 
@@ -371,16 +394,7 @@ def _eager_advance(cache, attention: torch.Tensor, positions: torch.Tensor, toke
     in ``keep`` leave it (their cache rows are dropped), the mask grows by one column."""
     if len(keep) < len(tokens):
         index = torch.tensor(keep, device=tokens.device)
-        _select_cache_rows(cache, index)
+        cache.batch_select_indices(index)  # a DynamicCache's or a KV arena's (in place)
         attention, tokens, positions = attention[index], tokens[index], positions[index]
     attention = torch.cat([attention, attention.new_ones((len(keep), 1))], dim=1)  # (b', L+1)
     return tokens[:, None], attention, positions[:, -1:] + 1
-
-
-def _select_cache_rows(cache, index: torch.Tensor) -> None:
-    """Keep only ``index`` rows of a transformers cache (DynamicCache or legacy tuples)."""
-    if hasattr(cache, "batch_select_indices"):
-        cache.batch_select_indices(index)
-        return
-    for layer in cache.layers:
-        layer.batch_select_indices(index)

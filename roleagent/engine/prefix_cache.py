@@ -161,8 +161,11 @@ def plain_dynamic(cache) -> bool:
     stores and rebuilds; sliding-window or quantised layers are left alone)."""
     from transformers.cache_utils import DynamicLayer
 
+    from roleagent.engine.kv_arena import ArenaLayer
+
     layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
+    kinds = (DynamicLayer, ArenaLayer)
+    return bool(layers) and all(type(layer) in kinds and layer.is_initialized for layer in layers)
 
 
 def row_kv(cache, row: int, index: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,11 @@ a GPU, CUDA graphs) can capture the decode step: the ``hf_engine`` section.
 
 ``hf_engine.decode``:
 
-- ``eager`` (default): a ``DynamicCache`` that grows by one key column per step; a row
-  that finishes leaves the batch and its KV rows are dropped, so later steps cost less.
+- ``eager`` (default): a cache that grows by one key column per step; a row that finishes
+  leaves the batch and its KV rows are dropped, so later steps cost less. With ``arena``
+  (default) that cache is one buffer per batch written in place, and with
+  ``prefill_tokens`` > 0 the prefill runs in row chunks (:mod:`roleagent.engine.kv_arena`);
+  without it, transformers' ``DynamicCache``.
 - ``static``: a ``transformers`` ``StaticCache`` allocated once per batch for
   ``L = P + T`` positions (P the prompt width, T the batch's token limit, rounded up to a
   multiple of ``cache_bucket``) and an attention mask of the same width allocated with it.
@@ -60,6 +63,16 @@ class HFEngineConfig:
     )
     cache_bucket: int = setting(
         64, "decode static/compiled: the cache's length is rounded up to a multiple of this (fewer compiles)"
+    )
+    arena: bool = setting(
+        True,
+        "decode eager: the batch's keys and values in one buffer allocated once and written in place "
+        "(roleagent.engine.kv_arena) | false: transformers' DynamicCache, grown by torch.cat each step",
+    )
+    prefill_tokens: int = setting(
+        0,
+        "decode eager with arena: the prefill runs in chunks of at most this many padded prompt tokens "
+        "(at least one row; bounds its activations, changes bf16 rounding); 0: all rows in one forward",
     )
 
 
