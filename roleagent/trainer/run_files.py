@@ -17,7 +17,7 @@ from roleagent.config import TrainConfig
 from roleagent.evaluation import crashed_count, format_table, success_by_type
 from roleagent.stats import format_rate, paired_test, wilson_interval
 from roleagent.trainer.checkpoint import CheckpointError, checkpoint_candidates
-from roleagent.trainer.metrics import MetricsWriter, finished_counts, rollout_metrics, success_metrics
+from roleagent.trainer.metrics import MetricsWriter, finished_counts, peak_rss_mb, rollout_metrics, success_metrics
 from roleagent.types import Task, Trajectory
 
 #: What an iteration's console line shows (those present in the record).
@@ -286,8 +286,8 @@ def write_run_summary(
 ) -> None:
     """``eval_table.txt`` (per panel: one table row per evaluation, then each row's success
     count with its interval and the paired test of consecutive rows) and ``summary.json``
-    in the run directory, then each method's own summary; prints the tables unless
-    ``quiet``."""
+    in the run directory, then each method's own summary; prints the tables and the
+    process's peak resident memory unless ``quiet``."""
     run_dir = Path(cfg.run_dir)
     by_split = eval_rows(cfg, evals)
     tables = {split: {label: e.table for label, e in rows.items()} for split, rows in by_split.items()}
@@ -313,6 +313,7 @@ def write_run_summary(
         method.write_summary(run_dir)
     if not quiet:
         print("\n" + table)
+        print(f"\npeak resident memory: {peak_rss_mb():,.0f} MiB (this process, ru_maxrss)")
 
 
 def training_line(cfg: TrainConfig, methods: Sequence[Any]) -> str:
