@@ -120,6 +120,18 @@ def rollouts(run_dir: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted((run_dir / "rollouts").glob("*.jsonl"))}
 
 
+def assert_same_sampled_run(a: Path, b: Path) -> None:
+    """The same rollouts token for token and the same evaluation; the update's metrics agree
+    to float rounding (the old log-probs they start from do), every other metric exactly."""
+    assert rollouts(a) == rollouts(b)
+    assert (a / "eval_table.txt").read_text() == (b / "eval_table.txt").read_text()
+    for x, y in zip(metrics(a), metrics(b), strict=True):
+        assert x.keys() == y.keys()
+        for key in x:
+            same = x[key] == y[key] or (key.startswith("update/") and abs(x[key] - y[key]) < 1e-5)
+            assert same, (key, x[key], y[key])
+
+
 def assert_same_run(a: Path, b: Path, *, memory: bool = True) -> None:
     """Two run directories hold the same run, file by file and line by line."""
     assert metrics(a) == metrics(b)
