@@ -5,6 +5,7 @@ numbers)."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -75,7 +76,11 @@ def test_summary_prints_intervals_and_paired_tests(tmp_path, capsys):
         # g4 lost (b=1), g5 was already solved, g9 left out: 9 pairs
         "  after SFT -> after RL     -11.1 points, b=1 c=0 of 9 games, p=1: unresolved",
     ]
-    assert "McNemar" in lines[-2] and capsys.readouterr().out.strip() == table.strip()
+    assert "McNemar" in lines[-2]
+    printed, peak = capsys.readouterr().out.strip().rsplit("\n\n", 1)  # the table, then the peak memory
+    assert printed == table.strip() and re.fullmatch(
+        r"peak resident memory: [\d,]+ MiB \(this process, ru_maxrss\)", peak
+    )
     stats = json.loads((tmp_path / "summary.json").read_text())["statistics_by_split"]["eval"]
     assert stats["rates"]["after SFT"]["greedy"]["successes"] == 6
     assert stats["rates"]["after SFT"]["sampled"]["samples"] == 2 and "sampled" not in stats["rates"]["base"]
