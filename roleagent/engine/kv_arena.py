@@ -34,7 +34,7 @@ the ``cat`` path (the reused rows' padding is zeros, hidden by the attention mas
 always was), so the arena alone generates the same tokens and log-probs, in fp32 and in
 bf16 (``tests/test_kv_arena.py``; a 16-row bf16 probe, six calls, equal to the bit).
 Prefilling in row chunks changes the matrix products' shapes and so their rounding: in
-fp32 the log-probs move by ~1e-6 and seeded tiny runs stay equal token for token; in bf16
+fp32 the log-probs move by a few 1e-6 and seeded tiny runs stay equal token for token; in bf16
 by up to a few hundredths of a nat (0.036 on that probe's first call), enough to change
 some sampled tokens. ``prefill_tokens: 0`` keeps a bf16 run's tokens as they were.
 """
