@@ -31,8 +31,8 @@ live rows, as before.
 
 What is computed: every position a query attends to holds the same key and value as in
 the ``cat`` path (the reused rows' padding is zeros, hidden by the attention mask as it
-always was), so the arena alone generates the same tokens and log-probs, in fp32 and in
-bf16 (``tests/test_kv_arena.py``; a 16-row bf16 probe, six calls, equal to the bit).
+always was), so the arena alone generates the same tokens and log-probs, in fp32
+(``tests/test_kv_arena.py``) and in bf16 (a 16-row probe, six calls, equal to the bit).
 Prefilling in row chunks changes the matrix products' shapes and so their rounding: in
 fp32 the log-probs move by a few 1e-6 and seeded tiny runs stay equal token for token; in bf16
 by up to a few hundredths of a nat (0.036 on that probe's first call), enough to change
