@@ -26,8 +26,8 @@ T = 32 → one buffer of 30 × 2 × 16 × 3 × 333 × 64 × 2 B = 123 MB, agains
 tokens) at a time, 3 forwards.
 
 A finished row leaves the batch by moving the rows after it down in place
-(:meth:`ArenaLayer.batch_select_indices`), so the eager loop's later steps read only the
-live rows, as before.
+(:meth:`ArenaLayer.batch_select_indices`, called by :func:`eager_advance` with the mask's
+and positions' rows), so the eager loop's later steps read only the live rows, as before.
 
 What is computed: every position a query attends to holds the same key and value as in
 the ``cat`` path (the reused rows' padding is zeros, hidden by the attention mask as it
@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-__all__ = ["ArenaLayer", "KVArena", "full_attention_layers", "row_chunks"]
+__all__ = ["ArenaLayer", "KVArena", "eager_advance", "full_attention_layers", "row_chunks"]
 
 
 def full_attention_layers(config) -> int:
@@ -157,3 +157,14 @@ class ArenaLayer(DynamicLayer):
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("a KV arena has a fixed number of rows")
+
+
+def eager_advance(cache, attention: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, keep: list[int]):
+    """The next step's (b', 1) input, mask and positions of an eager batch: the rows not
+    in ``keep`` leave it (their cache rows are dropped), the mask grows by one column."""
+    if len(keep) < len(tokens):
+        index = torch.tensor(keep, device=tokens.device)
+        cache.batch_select_indices(index)  # a DynamicCache's or a KV arena's (in place)
+        attention, tokens, positions = attention[index], tokens[index], positions[index]
+    attention = torch.cat([attention, attention.new_ones((len(keep), 1))], dim=1)  # (b', L+1)
+    return tokens[:, None], attention, positions[:, -1:] + 1
