@@ -29,6 +29,23 @@ def test_logprobs_match_a_full_forward_pass(tiny_policy):
     assert torch.allclose(recomputed[mask.bool()], old[mask.bool()], atol=1e-4)
 
 
+def test_the_lm_head_reads_a_prefills_last_positions_contiguous(tiny_policy):
+    """``logits_to_keep=1`` would slice a prefill's hidden states to a strided (b, 1, H) view,
+    whose product torch runs per row with a copy of the head's weight (``HFEngine._forward``)."""
+    engine = HFEngine(tiny_policy)
+    prompts = _prompts(engine)
+    seen = []
+    head = tiny_policy.model.get_output_embeddings()
+    hook = head.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    try:
+        engine.generate(prompts, SamplingParams(max_new_tokens=3, temperature=0))
+    finally:
+        hook.remove()
+    hidden = tiny_policy.model.config.hidden_size
+    assert [tuple(h.shape) for h in seen[:2]] == [(len(prompts), 1, hidden), (len(prompts), 1, hidden)]
+    assert all(h.is_contiguous() for h in seen)  # the prefill (a wide input) and each decode step
+
+
 def test_generation_is_reproducible_per_seed(tiny_policy):
     engine = HFEngine(tiny_policy)
     prompts = _prompts(engine, 2)
