@@ -93,7 +93,10 @@ class Critic:
         tensors = dict(input_ids=input_ids, attention_mask=attention, position_ids=positions)
         tensors = {k: v.to(self.device) for k, v in tensors.items()}
         with torch.no_grad() if self.shared else contextlib.nullcontext():
-            out = self.backbone(**tensors, output_hidden_states=True, logits_to_keep=1)
+            # the LM head's logits go unused: the last position by index, not logits_to_keep=1,
+            # whose strided (B, 1, H) view torch multiplies per row with a copy of the weight
+            last = torch.tensor([width - 1], device=self.device)
+            out = self.backbone(**tensors, output_hidden_states=True, logits_to_keep=last)
         last = out.hidden_states[-1][:, -1, :].float()  # (B, H)
         return self.head(last).squeeze(-1)  # (B,)
 

@@ -164,8 +164,12 @@ def token_logprobs(
         hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False)
         logits = HeadLogits(hidden.last_hidden_state[:, -keep - 1 : -1, :], linear.weight, linear.bias, temperature)
     else:
-        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep + 1)
-        logits = out.logits[:, -keep - 1 : -1, :].float()  # (B, K, V): position i predicts token i+1
+        # the K positions by index: a slice (logits_to_keep=keep + 1) hands the LM head a strided
+        # view, which torch multiplies per row with a copy of its weight (HFEngine._forward)
+        width = input_ids.shape[1]
+        needed = torch.arange(width - keep - 1, width - 1, device=input_ids.device)
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=needed)
+        logits = out.logits.float()  # (B, K, V): position i predicts token i+1
         if probe is not None:
             finite = torch.isfinite(logits)  # (B, K, V)
             probe["logits_finite"] = bool(finite.all())

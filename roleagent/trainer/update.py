@@ -48,7 +48,7 @@ back-propagates its share of a mini-batch with the same global denominator, grad
 (plain data parallel: by ``DistributedDataParallel`` in the last micro-batch's backward).
 
 Rows are left-padded, so every generated segment ends at the last position and the LM head
-runs only on the last ``max_generated + 1`` positions (``logits_to_keep``) — the full
+runs only on the ``max_generated`` positions before the last (``logits_to_keep``, by index) — the full
 (B, L, V) logits of a 49k vocabulary would dominate memory on a laptop. With constrained
 positions it runs only on their allowed rows (``roleagent.trainer.samples.output_head``,
 ``roleagent.engine.constrain.HeadLogits``), whole rows only where decoding was free.
