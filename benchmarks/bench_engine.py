@@ -10,7 +10,8 @@ architecture with random weights, the same arithmetic without the conversion; ``
 another model's folder, or with ``--weights random`` just its config.json and tokenizer, e.g. to
 time the embedded architecture on a machine without the GGUF).
 
-- **plain loop**: one prefill forward with a ``DynamicCache``, then one forward per token,
+- **plain loop**: one prefill forward with a ``DynamicCache`` (the LM head on the last
+  position, gathered by index as the engine does), then one forward per token,
   sampling on the device (softmax, ``torch.multinomial``), the attention mask grown by one
   column; no per-row host work. The reference an engine should match.
 - **HFEngine**: ``roleagent.engine.hf.HFEngine.generate`` (prefix reuse off), free decoding;
@@ -138,7 +139,9 @@ def plain_loop(model, prompts, pad: int, new_tokens: int, generator) -> int:
     ids, mask = left_pad(prompts, pad, model.device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1)
+    last = torch.tensor([ids.shape[1] - 1], device=ids.device)  # by index, as HFEngine._forward: a slice
+    # (logits_to_keep=1) is a strided view, whose LM-head product torch runs per row (bf16 CPU: seconds)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=last)
     position = positions[:, -1:]
     made = []
     for step in range(new_tokens):
