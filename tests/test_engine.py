@@ -46,6 +46,27 @@ def test_the_lm_head_reads_a_prefills_last_positions_contiguous(tiny_policy):
     assert all(h.is_contiguous() for h in seen)  # the prefill (a wide input) and each decode step
 
 
+def test_each_batch_ends_with_a_heap_trim_unless_switched_off(tiny_policy, monkeypatch):
+    """``hf_engine.trim_heap``: glibc's malloc_trim after every batch of ``max_batch`` rows
+    (roleagent.allocator); the generated tokens are the same either way."""
+    import platform
+
+    import roleagent.engine.hf as hf
+    from roleagent.allocator import trim_heap
+    from roleagent.engine.static_decode import HFEngineConfig
+
+    calls = []
+    monkeypatch.setattr(hf, "trim_heap", lambda: calls.append(1))
+    outputs = []
+    for trim in (True, False):
+        engine = HFEngine(tiny_policy, settings=HFEngineConfig(trim_heap=trim), max_batch=2)
+        engine.seed(3)
+        outputs.append([g.ids for g in engine.generate(_prompts(engine), SamplingParams(max_new_tokens=4))])
+    assert len(calls) == 2  # three prompts in batches of two, trimmed; none with trim_heap false
+    assert outputs[0] == outputs[1]
+    assert trim_heap() is (platform.libc_ver()[0] == "glibc")  # elsewhere a no-op
+
+
 def test_generation_is_reproducible_per_seed(tiny_policy):
     engine = HFEngine(tiny_policy)
     prompts = _prompts(engine, 2)

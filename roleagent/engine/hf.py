@@ -42,6 +42,7 @@ import inspect
 
 import torch
 
+from roleagent.allocator import trim_heap
 from roleagent.engine.base import Allowed, Generation, SamplingParams
 from roleagent.engine.chat import encode_chat, encode_followup
 from roleagent.engine.command_greedy import best_sequences
@@ -170,6 +171,8 @@ class HFEngine:
                     batch = run([prompts[i] for i in chunk], params, [rows[i] for i in chunk])
                     for i, generation in zip(chunk, batch):
                         results[i] = generation
+                    if self.settings.trim_heap:
+                        trim_heap()
         return results
 
     def _best_sequences(self, prompts, params: SamplingParams, tries: list[TokenTrie]) -> list[Generation]:

@@ -74,6 +74,11 @@ class HFEngineConfig:
         "decode eager with arena: the prefill runs in chunks of at most this many padded prompt tokens "
         "(at least one row; bounds its activations, changes bf16 rounding); 0: all rows in one forward",
     )
+    trim_heap: bool = setting(
+        True,
+        "after each batch, give the allocator's free heap pages back to the system (glibc malloc_trim; "
+        "elsewhere nothing): a call's freed activations stop holding memory; changes no value (roleagent.allocator)",
+    )
 
 
 def static_length(prompt_width: int, new_tokens: int, bucket: int) -> int:

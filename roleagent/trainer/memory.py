@@ -56,13 +56,13 @@ when it builds its first primitive, so the cap is set when a model is loaded.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from roleagent.allocator import set_mmap_threshold, trim_heap
 
 __all__ = ["PhaseMemory", "release_memory", "resident_mb", "set_mmap_threshold"]
 
@@ -79,32 +79,11 @@ def resident_mb() -> float | None:
         return None
 
 
-def _libc(name: str):
-    """glibc's function ``name`` (None on another C library)."""
-    try:
-        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM, _MALLOPT = _libc("malloc_trim"), _libc("mallopt")
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-
-
-def set_mmap_threshold(kib: int) -> bool:
-    """Fix glibc's mmap threshold at ``kib`` KiB (module docstring); 0 leaves glibc's rising
-    default. True when it was set (False for 0 or on another C library)."""
-    if not kib or _MALLOPT is None:
-        return False
-    return bool(_MALLOPT(_M_MMAP_THRESHOLD, int(kib) * 1024))
-
-
 def release_memory() -> None:
     """Free what only reference cycles hold (``gc.collect``), then give the allocator's free
-    heap pages back to the operating system (glibc: ``malloc_trim(0)``; elsewhere nothing)."""
+    heap pages back to the operating system (:func:`roleagent.allocator.trim_heap`)."""
     gc.collect()
-    if _TRIM is not None:
-        _TRIM(0)
+    trim_heap()
 
 
 class PhaseMemory:
