@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from roleagent.engine import create_engine
 from roleagent.engine.base import SamplingParams
 from roleagent.engine.static_decode import DECODES, HFEngineConfig
-from roleagent.models.loading import Policy, embedded_model_dir, load_tokenizer
+from roleagent.models.loading import Policy, embedded_model_dir, kept_positions, load_tokenizer
 from roleagent.rollout.actor import actor_messages
 
 TEMPERATURE = 0.9
@@ -139,8 +139,7 @@ def plain_loop(model, prompts, pad: int, new_tokens: int, generator) -> int:
     ids, mask = left_pad(prompts, pad, model.device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    last = torch.tensor([ids.shape[1] - 1], device=ids.device)  # by index, as HFEngine._forward: a slice
-    # (logits_to_keep=1) is a strided view, whose LM-head product torch runs per row (bf16 CPU: seconds)
+    last = kept_positions(ids.shape[1] - 1, ids.shape[1], ids.device)  # by index, as HFEngine._forward
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=last)
     position = positions[:, -1:]
     made = []

@@ -50,7 +50,7 @@ from roleagent.engine.constrain import TokenTrie, TrieCursor, sample_rows
 from roleagent.engine.kv_arena import KVArena, eager_advance, full_attention_layers, row_chunks
 from roleagent.engine.prefix_cache import PrefixCache, PrefixEntry, batch_cache, plain_dynamic, row_kv
 from roleagent.engine.static_decode import DECODES, HFEngineConfig, decode_step, static_advance, static_batch
-from roleagent.models.loading import Policy
+from roleagent.models.loading import Policy, kept_positions
 from roleagent.models.precision import autocast_region
 
 __all__ = ["Generation", "HFEngine", "HFEngineConfig", "SamplingParams", "encode_chat"]
@@ -255,12 +255,10 @@ class HFEngine:
         ]
 
     def _forward(self, ids, attention, positions, cache, *, every_position: bool = False):
-        """One cached forward; the logits of the last position only unless ``every_position``,
-        kept by index: ``logits_to_keep=1`` slices a prefill's hidden states to a strided view,
-        whose product torch's matmul runs with the LM head's weight copied per row (16 rows:
-        0.85 GiB in bf16). An index gathers them contiguous: the same logits (bf16: to the bit)."""
+        """One cached forward; the logits of the last position only unless ``every_position``
+        (a prefill's by index, :func:`~roleagent.models.loading.kept_positions`)."""
         width = ids.shape[1]
-        last = 1 if width == 1 else torch.tensor([width - 1], device=ids.device)
+        last = 1 if width == 1 else kept_positions(width - 1, width, ids.device)
         last = {"logits_to_keep": last} if self._keep_last and not every_position else {}
         return self.policy.model(
             input_ids=ids,

@@ -197,6 +197,15 @@ def limit_onednn_cache(capacity: int = ONEDNN_CACHE) -> bool:
     return True
 
 
+def kept_positions(start: int, stop: int, device=None) -> torch.Tensor:
+    """``logits_to_keep`` for positions ``start`` … ``stop - 1`` of every row, as an index:
+    an int (``logits_to_keep=k``) slices the hidden states to a strided view, whose LM-head
+    product torch's matmul runs with the weight copied per row (bf16 on a CPU: 55 MB and
+    ~0.3 s a row, ``benchmarks/probe_lm_head_view.py``); an index gathers them contiguous,
+    the same logits (bf16: to the bit). ``kept_positions(299, 300)``: a prefill's last."""
+    return torch.arange(start, stop, device=device)
+
+
 def load_policy(
     spec: str,
     *,

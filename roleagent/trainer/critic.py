@@ -40,7 +40,7 @@ import torch
 
 from roleagent.algos.gae import clipped_value_loss, explained_variance
 from roleagent.critic_config import CriticConfig
-from roleagent.models.loading import Policy, policy_from_config
+from roleagent.models.loading import Policy, kept_positions, policy_from_config
 from roleagent.models.precision import master_params
 from roleagent.trainer.optimizer import Optimizer
 from roleagent.trainer.samples import micro_batches
@@ -93,9 +93,7 @@ class Critic:
         tensors = dict(input_ids=input_ids, attention_mask=attention, position_ids=positions)
         tensors = {k: v.to(self.device) for k, v in tensors.items()}
         with torch.no_grad() if self.shared else contextlib.nullcontext():
-            # the LM head's logits go unused: the last position by index, not logits_to_keep=1,
-            # whose strided (B, 1, H) view torch multiplies per row with a copy of the weight
-            last = torch.tensor([width - 1], device=self.device)
+            last = kept_positions(width - 1, width, self.device)  # the LM head's logits go unused
             out = self.backbone(**tensors, output_hidden_states=True, logits_to_keep=last)
         last = out.hidden_states[-1][:, -1, :].float()  # (B, H)
         return self.head(last).squeeze(-1)  # (B,)

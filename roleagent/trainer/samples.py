@@ -32,6 +32,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 
 from roleagent.engine.constrain import HeadLogits, restricted_logprobs
+from roleagent.models.loading import kept_positions
 
 
 @dataclass
@@ -164,10 +165,8 @@ def token_logprobs(
         hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False)
         logits = HeadLogits(hidden.last_hidden_state[:, -keep - 1 : -1, :], linear.weight, linear.bias, temperature)
     else:
-        # the K positions by index: a slice (logits_to_keep=keep + 1) hands the LM head a strided
-        # view, which torch multiplies per row with a copy of its weight (HFEngine._forward)
         width = input_ids.shape[1]
-        needed = torch.arange(width - keep - 1, width - 1, device=input_ids.device)
+        needed = kept_positions(width - keep - 1, width - 1, input_ids.device)  # the K positions
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=needed)
         logits = out.logits.float()  # (B, K, V): position i predicts token i+1
         if probe is not None:
