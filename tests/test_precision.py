@@ -77,6 +77,37 @@ def test_the_kl_reference_stays_bf16_and_is_its_own_model():
         assert not torch.equal(policy.model(input_ids=ids).logits, ref_before)
 
 
+def test_the_updates_head_split_forward_computes_as_the_rollouts_forward():
+    """The update and SFT call the decoder alone (``output_head``) to run the LM head on the
+    positions they read; in bf16 that forward must autocast like the model's own (the
+    rollout's), and the adapters must read the bf16 input, not an fp32 copy of it. Before
+    the decoder was wrapped, the adapters ran in fp32 there and the log-probs differed."""
+    from roleagent.trainer.samples import output_head, token_logprobs
+
+    policy = _policy("bfloat16", lora_rank=4)
+    master_params(policy.model)
+    assert output_head(policy.model) is not None  # the tiny model takes the split path
+    with torch.no_grad():  # nonzero adapters, as after training
+        for name, weight in policy.model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
+    adapter_inputs = []
+    for name, module in policy.model.named_modules():
+        if name.endswith("lora_A.default"):
+            module.register_forward_pre_hook(lambda m, args: adapter_inputs.append(args[0].dtype))
+    ids = torch.randint(5, 200, (3, 24), generator=torch.Generator().manual_seed(1))
+    attention = torch.ones_like(ids)
+    positions, targets = attention.cumsum(-1) - 1, ids[:, -8:]
+    everywhere = torch.ones(3, 8, dtype=torch.bool)
+    with torch.no_grad():
+        whole, _ = token_logprobs(policy.model, ids, attention, positions, targets, 8)
+        assert adapter_inputs and set(adapter_inputs) == {torch.bfloat16}
+        adapter_inputs.clear()
+        split, _ = token_logprobs(policy.model, ids, attention, positions, targets, 8, where=everywhere)
+    assert adapter_inputs and set(adapter_inputs) == {torch.bfloat16}
+    assert torch.equal(split, whole)
+
+
 def test_fp16_training_is_refused_in_one_line_but_fp16_still_runs_forwards():
     policy = _policy("float16", lora_rank=4)
     assert policy.model(input_ids=torch.tensor([[5, 6, 7]])).logits.dtype == torch.float16

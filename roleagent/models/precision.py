@@ -49,23 +49,45 @@ def compute_dtype(model: torch.nn.Module) -> torch.dtype:
 def _autocast(func, dtype: torch.dtype):
     @functools.wraps(func)  # keeps the signature (the engine inspects ``forward``)
     def forward(self, *args, **kwargs):
-        with torch.autocast(self.device.type, dtype=dtype):
+        with torch.autocast(next(self.parameters()).device.type, dtype=dtype):
             return func(self, *args, **kwargs)
 
     return forward
 
 
 def autocast_forward(model: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Make every forward of ``model`` (and of a peft model's base, which generation and
-    the peft wrapper both call) run under ``torch.autocast(device, dtype)``; fp32: nothing.
+    """Make every forward of ``model`` run under ``torch.autocast(device, dtype)``; fp32:
+    nothing. Wrapped: a peft model's base (which generation and the peft wrapper both call)
+    and its decoder (``get_decoder()``), which the update and SFT call on their own to run
+    the LM head on the positions they read (``roleagent.trainer.samples.output_head``).
+    Without the decoder's wrapper those forwards ran LoRA adapters in fp32 on fp32 copies
+    of their inputs, unlike the rollout: log-probs 1e-3 nats apart on average (4e-2 at most,
+    the main job's SFT policy with nonzero adapters), and ~15% more activations kept for the
+    backward (``benchmarks/RESULTS.md``, "bf16 on the CPU").
 
-    The wrapper is bound with ``MethodType`` to the model, so a ``copy.deepcopy`` (the KL
-    reference) rebinds it to the copy rather than calling the original's weights."""
+    peft casts an adapter's input to the adapter's dtype (fp32 master weights) before its
+    matmul, which autocast then casts back to bf16: the same values, but a new bf16 copy of
+    the input kept for the backward per adapter (three of the same tensor for q, k and v).
+    Every forward runs under autocast here, so that cast is switched off
+    (``cast_input_dtype_enabled``, peft's own switch) and the adapters read the bf16 input.
+
+    The wrappers are bound with ``MethodType`` to their module, so a ``copy.deepcopy`` (the
+    KL reference) rebinds them to the copy rather than calling the original's weights."""
     inner = _inner(model)
     if dtype not in LOW or getattr(inner, _ATTR, None) is not None:
         return
-    func = type(inner).forward
-    inner.forward = types.MethodType(_autocast(func, dtype), inner)
+    modules = [inner]
+    try:
+        decoder = inner.get_decoder()
+    except (AttributeError, NotImplementedError):
+        decoder = None
+    if isinstance(decoder, torch.nn.Module) and decoder is not inner:
+        modules.append(decoder)
+    for module in modules:
+        module.forward = types.MethodType(_autocast(type(module).forward, dtype), module)
+    for layer in inner.modules():  # peft's adapter layers: no fp32 copy of their inputs
+        if hasattr(layer, "_cast_input_dtype"):
+            layer.cast_input_dtype_enabled = False
     setattr(inner, _ATTR, dtype)
 
 
