@@ -61,9 +61,9 @@ def autocast_forward(model: torch.nn.Module, dtype: torch.dtype) -> None:
     and its decoder (``get_decoder()``), which the update and SFT call on their own to run
     the LM head on the positions they read (``roleagent.trainer.samples.output_head``).
     Without the decoder's wrapper those forwards ran LoRA adapters in fp32 on fp32 copies
-    of their inputs, unlike the rollout: log-probs 1e-3 nats apart on average (4e-2 at most,
-    the main job's SFT policy with nonzero adapters), and ~15% more activations kept for the
-    backward (``benchmarks/RESULTS.md``, "bf16 on the CPU").
+    of their inputs, unlike the rollout: log-probs 3e-4 nats apart on average, 4e-3 at most
+    (the main job's SFT policy, random nonzero adapters), and 21% more activations kept for
+    the backward (``benchmarks/probe_saved_activations.py``; RESULTS.md, "bf16 on the CPU").
 
     peft casts an adapter's input to the adapter's dtype (fp32 master weights) before its
     matmul, which autocast then casts back to bf16: the same values, but a new bf16 copy of
