@@ -12,7 +12,7 @@ examples:
 
 Per arm: the bytes of the tensors autograd saves in one step of ``--examples`` examples
 (``torch.autograd.graph.saved_tensors_hooks``, each storage counted once, the tied
-embedding weight included), the largest widths among them, and the log-probs of the loss
+embedding weight included), the four kinds holding the most, and the log-probs of the loss
 tokens against the model's own forward (the path the engine samples through)::
 
     python benchmarks/probe_saved_activations.py --data RUN/sft/expert.jsonl \\
