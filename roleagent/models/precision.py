@@ -49,7 +49,7 @@ def compute_dtype(model: torch.nn.Module) -> torch.dtype:
 def _autocast(func, dtype: torch.dtype):
     @functools.wraps(func)  # keeps the signature (the engine inspects ``forward``)
     def forward(self, *args, **kwargs):
-        with torch.autocast(next(self.parameters()).device.type, dtype=dtype):
+        with torch.autocast(self.device.type, dtype=dtype):
             return func(self, *args, **kwargs)
 
     return forward
